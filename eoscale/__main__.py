@@ -1,0 +1,5 @@
+import sys
+
+from eoscale.cli import main
+
+sys.exit(main())

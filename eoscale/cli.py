@@ -1,0 +1,63 @@
+"""The `eoscale` command line: one table of subcommands, each implemented in its stage's package.
+
+Each entry names a module with `configure(parser)` (adds the command's arguments) and `run(args) -> int`.
+Modules are imported only when their command runs, so `eoscale --help` stays fast (torch is slow to import).
+A `UserError` prints one line and exits with code 2; any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from eoscale import __version__
+from eoscale.errors import UserError
+
+# name -> (module, one-line help). The order is the data flow.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "synth": ("eoscale.synth.command", "generate synthetic Sentinel-2 scenes and land-cover labels (the embedded default data)"),
+    "ingest": ("eoscale.ingest.command", "cut GeoTIFF/COG scenes and label rasters into a sharded Zarr v3 tile store"),
+    "info": ("eoscale.data.info", "describe a tile store: tiles, shards, bands, classes per split, statistics"),
+    "bench": ("eoscale.bench.command", "measure eoscale against baselines run on the same data, and record the figures"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="eoscale",
+        description="Earth-observation imagery to land-cover maps at HPC scale.",
+        epilog="Run 'eoscale COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"eoscale {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, description=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] not in COMMANDS:
+        parser.parse_args(argv)  # prints help or the 'invalid choice' error and exits
+        return 2
+    name, rest = argv[0], argv[1:]
+    module_name, help_text = COMMANDS[name]
+    module = importlib.import_module(module_name)
+    command_parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text)
+    module.configure(command_parser)
+    args = command_parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except UserError as err:
+        print(f"eoscale {name}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"eoscale {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

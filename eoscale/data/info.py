@@ -1,0 +1,93 @@
+"""`eoscale info STORE`: what a tile store holds, and whether it is complete."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from eoscale import schema
+from eoscale.errors import IncompleteStoreError
+
+
+def describe(path: str) -> dict:
+    """A summary of the store: tiles, shards, bands, statistics, class counts per split, size on disk."""
+    from eoscale.data.store import open_store
+
+    ds = open_store(path)
+    attrs = ds.attrs
+    class_counts = ds[schema.CLASS_COUNTS].values
+    per_split = {}
+    for name, (start, stop) in attrs[schema.ATTR_SPLITS].items():
+        per_split[name] = {"tiles": stop - start, "pixels_per_class": class_counts[start:stop].sum(axis=0).tolist()}
+    images = Path(path) / schema.IMAGES
+    return {
+        "path": str(path),
+        "complete": bool(attrs[schema.ATTR_COMPLETE]),
+        "tiles": int(ds.sizes[schema.TILE]),
+        "tile_size": attrs[schema.ATTR_TILE_SIZE],
+        "shard_tiles": attrs[schema.ATTR_SHARD_TILES],
+        "shards": -(-int(ds.sizes[schema.TILE]) // attrs[schema.ATTR_SHARD_TILES]),
+        "bands": attrs[schema.ATTR_BANDS],
+        "wavelengths_nm": attrs[schema.ATTR_WAVELENGTHS],
+        "statistics": attrs[schema.ATTR_STATISTICS],
+        "classes": attrs[schema.ATTR_CLASSES],
+        "splits": per_split,
+        "scenes": [{"id": s["id"], "epsg": s["epsg"], "size": [s["width"], s["height"]]} for s in attrs[schema.ATTR_SCENES]],
+        "unmapped_label_codes": attrs.get(schema.ATTR_UNMAPPED, {}),
+        "bytes_on_disk": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
+        "shard_files": sum(1 for f in images.rglob("*") if f.is_file() and f.name != "zarr.json"),
+    }
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", metavar="STORE", help="a tile store written by 'eoscale ingest'")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from rich.console import Console
+    from rich.table import Table
+
+    try:
+        info = describe(args.store)
+    except IncompleteStoreError as err:
+        # 'info' answers "is it complete?" too, so say it plainly and fail like any reader would
+        print(f"incomplete: {err}")
+        return 2
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    console = Console()
+    crs_names = ", ".join(sorted({f"EPSG:{s['epsg']}" for s in info["scenes"]}))
+    console.print(
+        f"[bold]{info['path']}[/]: complete, {info['tiles']} tiles of {info['tile_size']}×{info['tile_size']} px "
+        f"in {info['shards']} shards of {info['shard_tiles']}, {info['bytes_on_disk'] / 1e6:.1f} MB on disk; "
+        f"{len(info['scenes'])} scenes ({crs_names})"
+    )
+    bands = Table(title="bands (statistics over valid pixels)")
+    for col in ("band", "nm", "mean", "std", "p02", "p98"):
+        bands.add_column(col, justify="right")
+    stats = info["statistics"]
+    for i, name in enumerate(info["bands"]):
+        nm = info["wavelengths_nm"][i]
+        bands.add_row(name, f"{nm:.0f}" if nm else "-", *(f"{stats[k][i]:.0f}" for k in ("mean", "std", "p02", "p98")))
+    console.print(bands)
+    classes = Table(title="classes: labelled pixels per split")
+    classes.add_column("index", justify="right")
+    classes.add_column("code", justify="right")
+    classes.add_column("name")
+    for name, split in info["splits"].items():
+        classes.add_column(f"{name} ({split['tiles']} tiles)", justify="right")
+    for c in info["classes"]:
+        counts = [info["splits"][s]["pixels_per_class"][c["index"]] for s in info["splits"]]
+        totals = [max(1, int(np.sum(info["splits"][s]["pixels_per_class"]))) for s in info["splits"]]
+        classes.add_row(str(c["index"]), str(c["code"]), f"[{c['color']}]■[/] {c['name']}",
+                        *(f"{n} ({100 * n / t:.1f}%)" for n, t in zip(counts, totals, strict=True)))
+    console.print(classes)
+    if info["unmapped_label_codes"]:
+        console.print(f"label codes not in the class table (ignored): {info['unmapped_label_codes']}")
+    return 0

@@ -1,0 +1,73 @@
+"""Opening a tile store read-only: validated, lazy, labelled.
+
+Readers refuse what they cannot trust: a path with no store, a store whose ingest has not finished, a store
+of another schema version, or one without the arrays and attributes of `eoscale.schema`.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import xarray as xr
+import zarr
+
+from eoscale import schema
+from eoscale.errors import IncompleteStoreError, StoreError, StoreNotFoundError
+
+
+def read_store_attrs(path: str | os.PathLike) -> dict:
+    """The validated group attributes of the tile store at `path` (cheap: reads only metadata)."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    if not path.exists():
+        if partial.exists():
+            raise IncompleteStoreError(
+                f"the tile store {str(path)!r} is not finished (an interrupted ingest left {str(partial)!r}): "
+                f"rerun the same 'eoscale ingest' command to finish it"
+            )
+        raise StoreNotFoundError(f"no tile store at {str(path)!r}: run 'eoscale ingest' first")
+    try:
+        group = zarr.open_group(path, mode="r")
+    except (FileNotFoundError, zarr.errors.NodeTypeValidationError, ValueError, KeyError) as err:
+        raise StoreError(f"{str(path)!r} is not a Zarr tile store ({type(err).__name__}): run 'eoscale ingest' to make one") from None
+    attrs = group.attrs.asdict()
+    version = attrs.get(schema.ATTR_SCHEMA)
+    if version is None:
+        raise StoreError(f"{str(path)!r} is a Zarr group but not an eoscale tile store: run 'eoscale ingest' to make one")
+    if version != schema.SCHEMA_VERSION:
+        raise StoreError(
+            f"tile store {str(path)!r} has schema version {version}, this eoscale reads version "
+            f"{schema.SCHEMA_VERSION}: ingest the scenes again with this eoscale"
+        )
+    if not attrs.get(schema.ATTR_COMPLETE, False):
+        raise IncompleteStoreError(
+            f"the tile store {str(path)!r} is not finished: rerun the same 'eoscale ingest' command to finish it"
+        )
+    missing = [k for k in schema.REQUIRED_ATTRS if k not in attrs]
+    arrays = set(group.array_keys())
+    missing += [a for a in (schema.IMAGES, schema.LABELS, *schema.TILE_COORDS) if a not in arrays]
+    if missing:
+        raise StoreError(f"tile store {str(path)!r} lacks {', '.join(missing)}: it is damaged; ingest the scenes again")
+    return attrs
+
+
+def open_store(path: str | os.PathLike, *, chunks: str | dict | None = "shards") -> xr.Dataset:
+    """The tile store at `path` as a lazy, dask-backed Dataset, after validation.
+
+    `chunks="shards"` (the default) gives dask chunks of one shard of tiles each, the unit worth reading;
+    other values go to `xarray.open_zarr` as they are. Band names and class codes become coordinates.
+    """
+    attrs = read_store_attrs(path)
+    if chunks == "shards":
+        chunks = {schema.TILE: attrs[schema.ATTR_SHARD_TILES]}
+    with warnings.catch_warnings():
+        # xarray sees only the inner chunks (one tile) and warns that shard-sized dask chunks "separate" them;
+        # they do not split any shard, which is the unit that matters on disk
+        warnings.filterwarnings("ignore", message="The specified chunks separate the stored chunks")
+        ds = xr.open_zarr(path, chunks=chunks, consolidated=True)
+    classes = attrs[schema.ATTR_CLASSES]
+    return ds.assign_coords(
+        {schema.BAND: attrs[schema.ATTR_BANDS], schema.CLASS: [c["code"] for c in classes]}
+    )

@@ -1,0 +1,95 @@
+"""`eoscale ingest`: the command-line face of `eoscale.ingest.ingest`."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+
+from eoscale.ingest.writer import CODECS
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def _fractions(text: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected three comma-separated fractions like 0.8,0.1,0.1, got {text!r}") from None
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three fractions (train,val,test), got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Cut GeoTIFF/COG scenes and label rasters into a sharded Zarr v3 tile store that training streams from. "
+        "Each scene is a multi-band file (bands named by their descriptions) or a directory with one file per "
+        "band (20 m bands are resampled onto the 10 m grid). Label rasters may be in any CRS and resolution: they "
+        "are reprojected onto each scene with nearest neighbour and their codes mapped through the class table. "
+        "Interrupted runs resume when rerun with the same arguments."
+    )
+    parser.epilog = (
+        "example: eoscale ingest --scenes 'data/synthetic/scenes/*.tif' --labels 'data/synthetic/labels/*.tif' "
+        "--classes data/synthetic/classes.csv --output runs/tiles.zarr"
+    )
+    parser.add_argument("--scenes", nargs="+", required=True, metavar="PATH",
+                        help="scene files or band directories, or glob patterns (quote them)")
+    parser.add_argument("--labels", nargs="+", metavar="PATH",
+                        help="label rasters of class codes (any CRS); leave out for an unlabelled store (pretraining)")
+    parser.add_argument("--classes", metavar="CSV",
+                        help="class table (code,name,color) whose order gives the class indices; default: ESA WorldCover")
+    parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
+    parser.add_argument("--bands", type=_names, metavar="B02,B03,…", help="keep only these bands, in this order")
+    parser.add_argument("--band-names", type=_names, metavar="B02,B03,…",
+                        help="names of the bands of multi-band files that carry no band descriptions")
+    parser.add_argument("--tile-size", type=int, default=64, help="tile edge in pixels (default: %(default)s)")
+    parser.add_argument("--stride", type=int, help="pixels between tile origins (default: the tile size, no overlap)")
+    parser.add_argument("--shard-tiles", type=int, default=256, help="tiles per shard file (default: %(default)s)")
+    parser.add_argument("--min-valid", type=float, default=0.5,
+                        help="keep a tile when at least this fraction of its pixels is not nodata (default: %(default)s)")
+    parser.add_argument("--split", type=_fractions, default=(0.8, 0.1, 0.1), metavar="TRAIN,VAL,TEST",
+                        help="split fractions, dealt in spatial blocks (default: 0.8,0.1,0.1)")
+    parser.add_argument("--split-block", type=int, default=4,
+                        help="edge of a split block in tiles: neighbouring tiles share a split (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split (default: %(default)s)")
+    parser.add_argument("--codec", choices=CODECS, default="blosc-zstd", help="compression (default: %(default)s)")
+    parser.add_argument("--level", type=int, help="compression level (default: the codec's)")
+    parser.add_argument("--workers", type=int, help="local Dask worker processes (default: one per core)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler (tcp://host:port) instead")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing store (only once the new one is complete)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from eoscale.ingest import ingest
+
+    console = Console(stderr=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
+        summary = ingest(
+            args.scenes, args.output, labels=args.labels, classes=args.classes, bands=args.bands,
+            band_names=args.band_names, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
+            min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
+            codec=args.codec, level=args.level, workers=args.workers, scheduler=args.scheduler,
+            overwrite=args.overwrite, progress=not args.quiet,
+        )
+    if summary.unmapped_label_codes:
+        counts = ", ".join(f"code {c}: {n} px" for c, n in sorted(summary.unmapped_label_codes.items()))
+        console.print(f"[yellow]warning:[/] label codes not in the class table were set to ignore ({counts})")
+    splits = ", ".join(f"{k} {v}" for k, v in summary.tiles_per_split.items())
+    console.print(
+        f"[bold green]wrote[/] {summary.store}: {summary.tiles} tiles in {summary.shards} shards ({splits}) "
+        f"from {len(summary.scenes)} scenes"
+        + (f", {summary.resumed_shards} shards kept from an earlier run" if summary.resumed_shards else "")
+    )
+    console.print(
+        f"  dropped {summary.dropped_nodata} windows under --min-valid; "
+        f"{summary.stored_bytes / 1e6:.1f} MB on disk, compression {summary.compression_ratio:.2f}×; "
+        f"{summary.seconds:.1f} s, {summary.tiles_per_second:.0f} tiles/s, {summary.megabytes_per_second:.1f} MB/s"
+    )
+    console.print(f"  next: eoscale info {summary.store}")
+    return 0

@@ -1,0 +1,96 @@
+"""Label rasters: reprojected onto each scene's grid with nearest neighbour, codes remapped to class indices.
+
+Land-cover products rarely share the imagery's grid (ESA WorldCover is EPSG:4326, CORINE EPSG:3035 at
+100 m), so each label raster is warped onto the scene's reference grid. Where several label rasters cover
+a scene, the first one (in the order given) with data at a pixel wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import rasterio
+from rasterio.crs import CRS
+from rasterio.enums import Resampling
+from rasterio.warp import reproject, transform_bounds
+
+from eoscale.classes import IGNORE_INDEX, ClassTable
+from eoscale.errors import InputError
+from eoscale.ingest.sources import Scene, check_crs, open_raster
+
+
+@dataclass(frozen=True)
+class LabelRaster:
+    path: str
+    crs: CRS
+    bounds: tuple[float, float, float, float]
+    nodata: float | None
+
+
+def describe_label_rasters(paths: list[str]) -> list[LabelRaster]:
+    """Open and check each label raster (one band, a CRS) without reading its pixels."""
+    rasters = []
+    for path in paths:
+        with open_raster(path) as src:
+            crs = check_crs(path, src.crs)
+            if src.count != 1:
+                raise InputError(f"label raster {path!r} has {src.count} bands: it must have one band of class codes")
+            if not np.issubdtype(np.dtype(src.dtypes[0]), np.integer):
+                raise InputError(f"label raster {path!r} holds {src.dtypes[0]} values: class codes must be integers")
+            rasters.append(LabelRaster(path, crs, tuple(src.bounds), src.nodata))
+    return rasters
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def labels_for_scene(scene: Scene, rasters: list[LabelRaster]) -> list[LabelRaster]:
+    """The label rasters that overlap `scene`; an error names the scene when none does."""
+    hits = []
+    for raster in rasters:
+        scene_bounds = transform_bounds(scene.crs, raster.crs, *scene.bounds, densify_pts=21)
+        if _overlaps(scene_bounds, raster.bounds):
+            hits.append(raster)
+    if not hits:
+        raise InputError(
+            f"no label raster overlaps scene {scene.id!r} ({scene.paths[0]}): checked "
+            f"{', '.join(r.path for r in rasters)}; give a label raster that covers it"
+        )
+    return hits
+
+
+def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTable) -> tuple[np.ndarray, dict[int, int]]:
+    """Class indices on the scene's grid (uint8, `IGNORE_INDEX` where unknown) and counts of unmapped codes."""
+    codes = np.zeros((scene.height, scene.width), dtype=np.int64)
+    have = np.zeros((scene.height, scene.width), dtype=bool)
+    for raster in rasters:
+        with open_raster(raster.path) as src:
+            # int32 destination holds every integer code type GDAL warps; -1 marks "no data here"
+            warped = np.full((scene.height, scene.width), -1, dtype=np.int32)
+            reproject(
+                source=rasterio.band(src, 1),
+                destination=warped,
+                src_transform=src.transform,
+                src_crs=src.crs,
+                src_nodata=raster.nodata,
+                dst_transform=scene.transform,
+                dst_crs=scene.crs,
+                dst_nodata=-1,
+                resampling=Resampling.nearest,
+            )
+        fill = (~have) & (warped != -1)
+        codes[fill] = warped[fill]
+        have |= fill
+    if not have.any():
+        raise InputError(
+            f"label raster(s) {', '.join(r.path for r in rasters)} hold no data over scene {scene.id!r}: "
+            f"give a label raster that covers it"
+        )
+    lut = classes.lookup_table(max_code=max(int(codes.max()), max(classes.codes)))
+    labels = np.full(codes.shape, IGNORE_INDEX, dtype=np.uint8)
+    labels[have] = lut[codes[have]]
+    unmapped_mask = have & (labels == IGNORE_INDEX)
+    values, counts = np.unique(codes[unmapped_mask], return_counts=True)
+    return labels, {int(v): int(c) for v, c in zip(values, counts, strict=True)}

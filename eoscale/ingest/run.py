@@ -1,0 +1,279 @@
+"""`ingest()`: scenes and label rasters in, a complete tile store out, resumable at any point.
+
+Work happens in `<output>.partial/` (the store being written and a progress folder). A rerun with the same
+arguments after a crash or SIGKILL picks up where it stopped: scanned scenes and shards with a marker are
+skipped. Only when every shard is written is the store marked complete and moved to `<output>` (an existing
+store there is replaced only with `overwrite=True`, and only at that last moment, so it is never lost to a
+failed run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from eoscale import __version__, schema
+from eoscale.bands import SENTINEL2_NAMES, sentinel2_band
+from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
+from eoscale.cluster import dask_client
+from eoscale.errors import InputError, OutputExistsError
+from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
+from eoscale.ingest.plan import make_plan
+from eoscale.ingest.scan import scan_scene
+from eoscale.ingest.sources import Scene, expand_paths, open_scenes
+from eoscale.ingest.stats import statistics_from_histograms
+from eoscale.ingest.writer import CODECS, create_skeleton, finalize, gather_markers, marker_path, write_shard
+
+
+@dataclass
+class IngestSummary:
+    store: str
+    tiles: int
+    shards: int
+    dropped_nodata: int
+    tiles_per_split: dict[str, int]
+    unmapped_label_codes: dict[int, int]
+    raw_bytes: int
+    stored_bytes: int
+    seconds: float
+    resumed_shards: int = 0
+    scenes: list[str] = field(default_factory=list)
+
+    @property
+    def compression_ratio(self) -> float:
+        return self.raw_bytes / max(self.stored_bytes, 1)
+
+    @property
+    def tiles_per_second(self) -> float:
+        return self.tiles / max(self.seconds, 1e-9)
+
+    @property
+    def megabytes_per_second(self) -> float:
+        return self.raw_bytes / 1e6 / max(self.seconds, 1e-9)
+
+
+def ingest(
+    scenes: list[str],
+    output: str | os.PathLike,
+    *,
+    labels: list[str] | None = None,
+    classes: str | ClassTable | None = None,
+    bands: list[str] | None = None,
+    band_names: list[str] | None = None,
+    tile_size: int = 64,
+    stride: int | None = None,
+    shard_tiles: int = 256,
+    min_valid: float = 0.5,
+    split: tuple[float, float, float] = (0.8, 0.1, 0.1),
+    split_block: int = 4,
+    seed: int = 0,
+    codec: str = "blosc-zstd",
+    level: int | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> IngestSummary:
+    """Cut `scenes` (paths or globs) and `labels` into a tile store at `output`. See the module docstring."""
+    started = time.perf_counter()
+    stride = tile_size if stride is None else stride
+    _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
+    if codec not in CODECS:
+        raise InputError(f"unknown codec {codec!r}: choose one of {', '.join(CODECS)}")
+    output = Path(output)
+    if output.exists() and not overwrite:
+        raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
+    class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
+    scene_list = open_scenes(scenes, bands=bands, band_names=band_names)
+    label_rasters = describe_label_rasters(expand_paths(labels, what="label raster")) if labels else []
+    scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in scene_list]
+    for scene in scene_list:
+        if tile_size > min(scene.width, scene.height):
+            raise InputError(
+                f"tile size {tile_size} is larger than scene {scene.id!r} ({scene.width}×{scene.height} px): "
+                f"use a smaller --tile-size"
+            )
+    parameters = {
+        "bands": scene_list[0].band_names, "tile_size": tile_size, "stride": stride, "shard_tiles": shard_tiles,
+        "min_valid": min_valid, "split": list(split), "split_block": split_block, "seed": seed, "codec": codec,
+        "level": level, "classes": class_table.to_records(),
+    }
+    fingerprint = _fingerprint(parameters, scene_list, [r.path for r in label_rasters])
+    work = output.with_name(output.name + ".partial")
+    progress_dir, store = work / "progress", work / "store.zarr"
+    _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
+
+    with dask_client(workers=workers, scheduler=scheduler) as client:
+        scans = client.gather([
+            client.submit(scan_scene, scene, i, scene_labels[i], class_table, tile_size=tile_size, stride=stride,
+                          progress=str(progress_dir), key=f"eoscale-scan-{i}", pure=False)
+            for i, scene in enumerate(scene_list)
+        ])
+        plan = make_plan([s.window_valid for s in scans], tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
+                         min_valid=min_valid, fractions=split, split_block=split_block, seed=seed)
+        if len(plan) == 0:
+            raise InputError(
+                f"no window of {tile_size}×{tile_size} px has a valid fraction of at least {min_valid}: "
+                f"lower --min-valid or --tile-size"
+            )
+        unmapped: dict[int, int] = {}
+        for s in scans:
+            for code, count in s.unmapped.items():
+                unmapped[code] = unmapped.get(code, 0) + count
+        attrs = _store_attrs(scene_list, class_table, plan, parameters, stride, fingerprint)
+        if not (progress_dir / "skeleton.done").exists():
+            shutil.rmtree(store, ignore_errors=True)
+            create_skeleton(store, plan, scene_list, wavelengths=attrs[schema.ATTR_WAVELENGTHS],
+                            num_classes=len(class_table), codec=codec, level=level, attrs=attrs)
+            (progress_dir / "skeleton.done").touch()
+        todo = [k for k in range(plan.num_shards) if not marker_path(progress_dir, k).exists()]
+        resumed = plan.num_shards - len(todo)
+        futures = []
+        for k in todo:
+            start, stop = plan.shard_range(k)
+            futures.append(client.submit(
+                write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop], plan.row_off[start:stop],
+                plan.col_off[start:stop], scene_list, tile_size, len(class_table), key=f"eoscale-shard-{k}", pure=False,
+            ))
+        _wait_with_progress(client, futures, total=len(plan), done=len(plan) - sum(
+            plan.shard_range(k)[1] - plan.shard_range(k)[0] for k in todo), show=progress)
+
+    gathered = gather_markers(progress_dir, plan)
+    finalize(store, progress_dir, gathered, {
+        schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"], nodata=int(scene_list[0].nodata)),
+        schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
+    })
+    _move_into_place(store, output, work)
+    counts = np.bincount(plan.split, minlength=len(schema.SPLITS))
+    if unmapped:
+        total = sum(unmapped.values())
+        warnings.warn(
+            f"{total} label pixels have codes not in the class table and were set to ignore ({IGNORE_INDEX}): "
+            + ", ".join(f"code {c}: {n}" for c, n in sorted(unmapped.items())),
+            stacklevel=2,
+        )
+    bands_n = len(scene_list[0].bands)
+    return IngestSummary(
+        store=str(output),
+        tiles=len(plan),
+        shards=plan.num_shards,
+        dropped_nodata=plan.dropped_nodata,
+        tiles_per_split={name: int(counts[i]) for i, name in enumerate(schema.SPLITS)},
+        unmapped_label_codes=unmapped,
+        raw_bytes=len(plan) * tile_size * tile_size * (2 * bands_n + 1),
+        stored_bytes=_disk_usage(output / schema.IMAGES) + _disk_usage(output / schema.LABELS),
+        seconds=time.perf_counter() - started,
+        resumed_shards=resumed,
+        scenes=[s.id for s in scene_list],
+    )
+
+
+def _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block) -> None:
+    if tile_size < 8:
+        raise InputError(f"--tile-size must be at least 8 pixels, got {tile_size}")
+    if not 1 <= stride:
+        raise InputError(f"--stride must be at least 1 pixel, got {stride}")
+    if shard_tiles < 1:
+        raise InputError(f"--shard-tiles must be at least 1, got {shard_tiles}")
+    if not 0.0 <= min_valid <= 1.0:
+        raise InputError(f"--min-valid must be between 0 and 1, got {min_valid}")
+    if len(split) != 3 or any(f < 0 for f in split) or abs(sum(split) - 1.0) > 1e-6:
+        raise InputError(f"--split must be three fractions (train, val, test) that add up to 1, got {list(split)}")
+    if split_block < 1:
+        raise InputError(f"--split-block must be at least 1 tile, got {split_block}")
+
+
+def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str]) -> str:
+    files = []
+    for path in [p for s in scenes for p in s.paths] + label_paths:
+        st = os.stat(path)
+        files.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+    blob = json.dumps({"parameters": parameters, "files": files, "scenes": [s.id for s in scenes]}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _prepare_work_dir(work: Path, progress: Path, fingerprint: str, *, overwrite: bool) -> None:
+    stamp = progress / "fingerprint"
+    if work.exists():
+        if stamp.exists() and stamp.read_text() == fingerprint:
+            return  # resume
+        if not overwrite and stamp.exists():
+            raise OutputExistsError(
+                f"{str(work)!r} holds an unfinished ingest started with other inputs or options: rerun that command "
+                f"to finish it, or pass --overwrite to discard it"
+            )
+        shutil.rmtree(work)
+    progress.mkdir(parents=True)
+    stamp.write_text(fingerprint)
+
+
+def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dict, stride: int, fingerprint: str) -> dict:
+    names = scenes[0].band_names
+    return {
+        schema.ATTR_SCHEMA: schema.SCHEMA_VERSION,
+        schema.ATTR_COMPLETE: False,
+        schema.ATTR_BANDS: names,
+        schema.ATTR_WAVELENGTHS: [sentinel2_band(n).wavelength_nm if n in SENTINEL2_NAMES else None for n in names],
+        schema.ATTR_NODATA: scenes[0].nodata,
+        schema.ATTR_IGNORE_INDEX: IGNORE_INDEX,
+        schema.ATTR_CLASSES: classes.to_records(),
+        schema.ATTR_SPLITS: plan.split_ranges(),
+        schema.ATTR_TILE_SIZE: plan.tile_size,
+        schema.ATTR_STRIDE: stride,
+        schema.ATTR_SHARD_TILES: plan.shard_tiles,
+        schema.ATTR_SCENES: [s.to_attrs() for s in scenes],
+        schema.ATTR_INGEST: {**{k: v for k, v in parameters.items() if k != "classes"}, "eoscale_version": __version__,
+                             "fingerprint": fingerprint},
+    }
+
+
+def _move_into_place(store: Path, output: Path, work: Path) -> None:
+    old = output.with_name(output.name + ".replaced")
+    if output.exists():
+        os.replace(output, old)
+    os.replace(store, output)
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _disk_usage(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _wait_with_progress(client, futures: list, *, total: int, done: int, show: bool) -> None:
+    """Wait for the shard tasks with a progress bar in tiles and tiles/s; the first failure is raised."""
+    from distributed import as_completed
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = (TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("tiles"),
+               TextColumn("{task.fields[rate]:>7.0f} tiles/s"), TimeElapsedColumn(), TimeRemainingColumn())
+    started, written = time.perf_counter(), 0
+    with Progress(*columns, disable=not show, transient=False) as bar:
+        task = bar.add_task("ingest", total=total, completed=done, rate=0.0)
+        for future in as_completed(futures):
+            if future.status == "error":
+                for f in futures:
+                    f.cancel()
+                future.result()  # raises the task's exception here
+            written += future.result()
+            bar.update(task, advance=future.result(), rate=written / max(time.perf_counter() - started, 1e-9))
+
+
+def summary_dict(summary: IngestSummary) -> dict:
+    return {**asdict(summary), "compression_ratio": summary.compression_ratio,
+            "tiles_per_second": summary.tiles_per_second, "megabytes_per_second": summary.megabytes_per_second}
