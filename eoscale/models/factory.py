@@ -1,0 +1,130 @@
+"""Whole models: a backbone and a head, built from a timm name by `build_model`.
+
+    model = build_model("resnet18", in_chans=10, num_classes=8)                      # segmentation
+    model = build_model("vit_small_patch16_224", in_chans=10, num_classes=8, img_size=64)
+    model = build_model("convnext_atto", in_chans=10, num_classes=8, task="classification")
+
+Later stages reach into the parts by name: `model.backbone` to freeze it or to put LoRA adapters on its
+`attn.qkv` / `attn.proj` layers, `shardable_blocks(model)` for FSDP2's per-block `fully_shard`.
+Building draws from torch's global generator only, so the same seed gives the same weights.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, get_args
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from eoscale.errors import InputError
+from eoscale.models.backbone import Backbone, StateDictTransform, VitBackbone, create_backbone
+from eoscale.models.heads import ClassificationHead, FPNDecoder, SimpleFeaturePyramid
+
+Task = Literal["segmentation", "classification"]
+
+
+class SegmentationModel(nn.Module):
+    """Per-pixel class logits `(B, num_classes, H, W)` at the input's own size.
+
+    `neck` turns the backbone's maps into a pyramid (a `SimpleFeaturePyramid` for plain ViTs, identity
+    for hierarchical backbones); `decoder` is an `FPNDecoder` over the pyramid.
+    """
+
+    def __init__(self, backbone: Backbone, neck: nn.Module, decoder: nn.Module):
+        super().__init__()
+        self.backbone = backbone
+        self.neck = neck
+        self.decoder = decoder
+
+    def forward(self, x: Tensor) -> Tensor:
+        logits = self.decoder(self.neck(self.backbone(x)))
+        return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+
+
+class TileClassifier(nn.Module):
+    """Tile-level class logits `(B, num_classes)`."""
+
+    def __init__(self, backbone: Backbone, head: nn.Module):
+        super().__init__()
+        self.backbone = backbone
+        self.head = head
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.backbone(x))
+
+
+class _Identity(nn.Module):
+    """`nn.Identity` for a list of maps, keeping `channels` and `reductions` for the decoder."""
+
+    def __init__(self, backbone: Backbone):
+        super().__init__()
+        self.channels = list(backbone.channels)
+        self.reductions = list(backbone.reductions)
+
+    def forward(self, features: list[Tensor]) -> list[Tensor]:
+        return features
+
+
+def build_model(
+    backbone: str,
+    *,
+    in_chans: int,
+    num_classes: int,
+    task: Task = "segmentation",
+    img_size: int | None = None,
+    decoder_channels: int = 128,
+    weights: str | Path | None = None,
+    weights_transform: StateDictTransform | None = None,
+    drop_path_rate: float = 0.0,
+    dropout: float = 0.0,
+    **backbone_kwargs,
+) -> SegmentationModel | TileClassifier:
+    """Build a segmentation or tile-classification model on the timm backbone `backbone`.
+
+    `in_chans` is the tile store's band count; `img_size` the tile size (required by ViT and Swin);
+    `weights` a local state dict for the backbone (see `Backbone.load_weights`), `weights_transform`
+    the hook that remaps it first. `out_indices` and any other keyword go to `create_backbone`.
+    """
+    if task not in get_args(Task):
+        raise InputError(f"task={task!r} is not one of {', '.join(map(repr, get_args(Task)))}")
+    for option, value in (
+        ("in_chans", in_chans),
+        ("num_classes", num_classes),
+        ("decoder_channels", decoder_channels),
+    ):
+        if not isinstance(value, int) or value < 1:
+            raise InputError(f"{option}={value!r}: give a positive whole number")
+    net = create_backbone(
+        backbone,
+        in_chans=in_chans,
+        img_size=img_size,
+        drop_path_rate=drop_path_rate,
+        weights=weights,
+        weights_transform=weights_transform,
+        **backbone_kwargs,
+    )
+    if task == "classification":
+        return TileClassifier(
+            net, ClassificationHead(net.channels[-1], num_classes=num_classes, dropout=dropout)
+        )
+    if isinstance(net, VitBackbone):
+        neck: nn.Module = SimpleFeaturePyramid(
+            net.channels[-1], net.reductions[-1], num_inputs=len(net.channels)
+        )
+    else:
+        neck = _Identity(net)
+    decoder = FPNDecoder(neck.channels, num_classes=num_classes, channels=decoder_channels, dropout=dropout)
+    return SegmentationModel(net, neck, decoder)
+
+
+def shardable_blocks(model: nn.Module) -> list[nn.Module]:
+    """The submodules of `model`'s backbone to wrap one by one with FSDP2 `fully_shard`.
+
+    Transformer blocks for ViTs, stages for ResNet / ConvNeXt and the like; the heads and whatever is
+    left of the backbone go with the root `fully_shard(model)`.
+    """
+    backbone = model if isinstance(model, Backbone) else getattr(model, "backbone", None)
+    if not isinstance(backbone, Backbone):
+        raise InputError(f"cannot shard a {type(model).__name__}: it has no eoscale backbone")
+    return backbone.blocks_for_sharding()
