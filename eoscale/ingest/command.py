@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
 
     from eoscale.ingest import ingest
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
         summary = ingest(

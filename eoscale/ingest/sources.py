@@ -18,8 +18,9 @@ import rasterio
 from affine import Affine
 from rasterio.crs import CRS
 from rasterio.errors import RasterioIOError
+from rasterio.transform import array_bounds
 
-from eoscale.bands import normalise_band_name
+from eoscale.bands import SENTINEL2_NAMES, normalise_band_name
 from eoscale.errors import InputError, InputNotFoundError
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".vrt", ".img")
@@ -55,9 +56,7 @@ class Scene:
     @property
     def bounds(self) -> tuple[float, float, float, float]:
         """(left, bottom, right, top) in the scene's CRS."""
-        left, top = self.transform * (0, 0)
-        right, bottom = self.transform * (self.width, self.height)
-        return min(left, right), min(bottom, top), max(left, right), max(bottom, top)
+        return array_bounds(self.height, self.width, self.transform)
 
     def to_attrs(self) -> dict:
         return {
@@ -192,6 +191,8 @@ def _open_band_directory(path: str) -> Scene:
             if finest is None or pixel < finest[0]:
                 finest = (pixel, str(f))
     assert finest is not None
+    # Sentinel-2 bands in the product's order (by wavelength), other bands after them in file-name order
+    bands.sort(key=lambda b: SENTINEL2_NAMES.index(b.name) if b.name in SENTINEL2_NAMES else len(SENTINEL2_NAMES))
     crs, transform, width, height, nodata = grids[finest[1]]
     return Scene(
         id=Path(path).name,

@@ -50,7 +50,7 @@ def make_codec(name: str, *, typesize: int, level: int | None = None) -> list:
 def tile_transforms(plan: TilePlan, scenes: list[Scene]) -> np.ndarray:
     out = np.empty((len(plan), 6), dtype=np.float64)
     for i, (s, r, c) in enumerate(zip(plan.scene, plan.row_off, plan.col_off, strict=True)):
-        out[i] = list(scenes[s].transform * Affine.translation(int(c), int(r)))[:6]
+        out[i] = list(scenes[s].transform @ Affine.translation(int(c), int(r)))[:6]
     return out
 
 
