@@ -12,11 +12,12 @@ import zarr
 from affine import Affine
 from rasterio.enums import Resampling
 from rasterio.warp import reproject
-from rasterio.windows import Window, transform as window_transform
+from rasterio.windows import Window
+from rasterio.windows import transform as window_transform
 
 from eoscale import schema
-from eoscale.cli import main
 from eoscale.classes import IGNORE_INDEX, ClassTable
+from eoscale.cli import main
 from eoscale.data import open_store
 from tests.rasters import write_band_directory
 
