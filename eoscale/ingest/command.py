@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import warnings
 
-from eoscale.ingest.writer import CODECS
+from eoscale.ingest.skeleton import CODECS
 
 
 def _names(text: str) -> list[str]:

@@ -27,10 +27,11 @@ from eoscale.cluster import dask_client
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
 from eoscale.ingest.plan import make_plan
-from eoscale.ingest.scan import scan_scene
+from eoscale.ingest.scan import scan_validity, warp_labels
+from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.sources import Scene, expand_paths, open_scenes
 from eoscale.ingest.stats import statistics_from_histograms
-from eoscale.ingest.writer import CODECS, create_skeleton, finalize, gather_markers, marker_path, write_shard
+from eoscale.ingest.writer import finalize, gather_markers, marker_path, write_shard
 
 
 @dataclass
@@ -46,6 +47,7 @@ class IngestSummary:
     seconds: float
     resumed_shards: int = 0
     scenes: list[str] = field(default_factory=list)
+    phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each phase
 
     @property
     def compression_ratio(self) -> float:
@@ -111,29 +113,43 @@ def ingest(
     progress_dir, store = work / "progress", work / "store.zarr"
     _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
 
+    phases = {"inspect": time.perf_counter() - started}
+    mark = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal mark
+        now = time.perf_counter()
+        phases[name] = now - mark
+        mark = now
+
     with dask_client(workers=workers, scheduler=scheduler) as client:
-        scans = client.gather([
-            client.submit(scan_scene, scene, i, scene_labels[i], class_table, tile_size=tile_size, stride=stride,
-                          progress=str(progress_dir), key=f"eoscale-scan-{i}", pure=False)
+        lap("cluster")
+        scan_tasks = [
+            client.submit(scan_validity, scene, i, tile_size=tile_size, stride=stride, progress=str(progress_dir),
+                          key=f"eoscale-scan-{i}", pure=False, priority=10)
             for i, scene in enumerate(scene_list)
-        ])
-        plan = make_plan([s.window_valid for s in scans], tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
+        ]
+        label_tasks = [
+            client.submit(warp_labels, scene, i, scene_labels[i], class_table, progress=str(progress_dir),
+                          key=f"eoscale-labels-{i}", pure=False)
+            for i, scene in enumerate(scene_list)
+        ]
+        window_valid = client.gather(scan_tasks)  # the label tasks go on meanwhile
+        lap("scan")
+        plan = make_plan(window_valid, tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
                          min_valid=min_valid, fractions=split, split_block=split_block, seed=seed)
         if len(plan) == 0:
             raise InputError(
                 f"no window of {tile_size}×{tile_size} px has a valid fraction of at least {min_valid}: "
                 f"lower --min-valid or --tile-size"
             )
-        unmapped: dict[int, int] = {}
-        for s in scans:
-            for code, count in s.unmapped.items():
-                unmapped[code] = unmapped.get(code, 0) + count
         attrs = _store_attrs(scene_list, class_table, plan, parameters, stride, fingerprint)
         if not (progress_dir / "skeleton.done").exists():
             shutil.rmtree(store, ignore_errors=True)
             create_skeleton(store, plan, scene_list, wavelengths=attrs[schema.ATTR_WAVELENGTHS],
                             num_classes=len(class_table), codec=codec, level=level, attrs=attrs)
             (progress_dir / "skeleton.done").touch()
+        lap("plan")
         todo = [k for k in range(plan.num_shards) if not marker_path(progress_dir, k).exists()]
         resumed = plan.num_shards - len(todo)
         futures = []
@@ -141,10 +157,16 @@ def ingest(
             start, stop = plan.shard_range(k)
             futures.append(client.submit(
                 write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop], plan.row_off[start:stop],
-                plan.col_off[start:stop], scene_list, tile_size, len(class_table), key=f"eoscale-shard-{k}", pure=False,
+                plan.col_off[start:stop], scene_list, tile_size, len(class_table),
+                *[label_tasks[s] for s in np.unique(plan.scene[start:stop])], key=f"eoscale-shard-{k}", pure=False,
             ))
         _wait_with_progress(client, futures, total=len(plan), done=len(plan) - sum(
             plan.shard_range(k)[1] - plan.shard_range(k)[0] for k in todo), show=progress)
+        unmapped: dict[int, int] = {}
+        for counts in client.gather(label_tasks):
+            for code, count in counts.items():
+                unmapped[code] = unmapped.get(code, 0) + count
+        lap("shards")
 
     gathered = gather_markers(progress_dir, plan)
     finalize(store, progress_dir, gathered, {
@@ -152,6 +174,7 @@ def ingest(
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
     })
     _move_into_place(store, output, work)
+    lap("finalize")
     counts = np.bincount(plan.split, minlength=len(schema.SPLITS))
     if unmapped:
         total = sum(unmapped.values())
@@ -173,6 +196,7 @@ def ingest(
         seconds=time.perf_counter() - started,
         resumed_shards=resumed,
         scenes=[s.id for s in scene_list],
+        phases=phases,
     )
 
 

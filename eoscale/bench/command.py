@@ -1,0 +1,30 @@
+"""`eoscale bench NAME …`: run one benchmark; each is a module with configure(parser) and run(args).
+
+Benchmark modules are imported only when they run (some import torch, which is slow to import).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "ingest": ("eoscale.bench.ingest", "ingest throughput against reading + compressing the same windows without Zarr/Dask"),
+    "loader": ("eoscale.bench.loader", "training loader throughput against decode-only, random zarr reads and rasterio windows"),
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "benchmarks: " + "; ".join(f"{name}: {text}" for name, (_, text) in BENCHMARKS.items())
+    parser.add_argument("benchmark", choices=BENCHMARKS, metavar="NAME", help=f"one of {', '.join(BENCHMARKS)}")
+    parser.add_argument("options", nargs=argparse.REMAINDER, help="the benchmark's options ('eoscale bench NAME --help')")
+
+
+def run(args: argparse.Namespace) -> int:
+    module_name, help_text = BENCHMARKS[args.benchmark]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"eoscale bench {args.benchmark}", description=help_text)
+    module.configure(parser)
+    parser.add_argument("--record", default="benchmarks", metavar="DIR",
+                        help="folder to record the figures in (default: %(default)s; '' to not record)")
+    return module.run(parser.parse_args(args.options))

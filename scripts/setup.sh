@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install eoscale and its test tools into .venv (Python 3.11, pip; torch 2.14.1 + torchvision 0.29.1 come from
+# this machine's local wheel store). Reruns are cheap: the venv is reused while pyproject.toml is unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+stamp=.venv/.eoscale-requirements
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [[ -x .venv/bin/python && -f $stamp && "$(cat $stamp)" == "$want" ]]; then
+    echo "setup: .venv is up to date"
+    exit 0
+fi
+echo "setup: installing eoscale into .venv (first time: a few minutes)"
+[[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+.venv/bin/python -m pip install -q -e '.[dev]'
+echo "$want" > $stamp
+echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
