@@ -26,7 +26,7 @@ def dask_client(*, workers: int | None = None, scheduler: str | None = None) -> 
 
     if scheduler:
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler, timeout="10s")
         except OSError as err:
             raise InputError(f"cannot reach the Dask scheduler at {scheduler!r} ({err}): is it running?") from None
         try:

@@ -142,3 +142,19 @@ def test_band_directories_resample_20m_bands_onto_the_10m_grid(rasters, tmp_path
         valid = (truth != 0).all(axis=0)[inner]
         error = np.abs(tile[3][inner] - truth[3][inner])[valid]
         assert np.median(error) < 250  # 20 m band upsampled bilinearly: close to the 10 m truth (noise ±200)
+
+
+def test_ingest_on_an_existing_dask_scheduler_matches_the_local_cluster(rasters, store, tmp_path):
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        out = tmp_path / "remote.zarr"
+        assert run_ingest(rasters, out, "--scheduler", cluster.scheduler_address) == 0
+    def tree(root):
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    assert tree(out) == tree(store)
+
+
+def test_an_unreachable_scheduler_is_one_line(rasters, tmp_path, capsys):
+    assert run_ingest(rasters, tmp_path / "x.zarr", "--scheduler", "tcp://127.0.0.1:9") == 2
+    assert "cannot reach the Dask scheduler" in capsys.readouterr().err
