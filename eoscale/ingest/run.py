@@ -122,7 +122,8 @@ def ingest(
         phases[name] = now - mark
         mark = now
 
-    with dask_client(workers=workers, scheduler=scheduler) as client:
+    with dask_client(workers=workers, scheduler=scheduler,
+                     preload=("eoscale.ingest.scan", "eoscale.ingest.writer")) as client:
         lap("cluster")
         scan_tasks = [
             client.submit(scan_validity, scene, i, tile_size=tile_size, stride=stride, progress=str(progress_dir),
