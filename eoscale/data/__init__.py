@@ -2,4 +2,16 @@
 
 from eoscale.data.store import open_store, read_store_attrs
 
-__all__ = ["open_store", "read_store_attrs"]
+__all__ = ["TileDataModule", "TileLoader", "TileStream", "open_store", "read_store_attrs"]
+
+_LAZY = {"TileDataModule": "eoscale.data.datamodule", "TileLoader": "eoscale.data.datamodule",
+         "TileStream": "eoscale.data.stream"}
+
+
+def __getattr__(name: str):
+    # torch and Lightning load only when the DataModule is asked for, so 'eoscale info' stays quick
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'eoscale.data' has no attribute {name!r}")

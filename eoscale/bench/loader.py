@@ -1,0 +1,271 @@
+"""`eoscale bench loader STORE`: the training loader's tiles/s and MB/s against baselines run in the same call.
+
+    eoscale bench loader runs/tiles.zarr --workers 4 --batch-size 64 --seconds 20
+
+Every figure reads the store's 'train' split with the same number of processes (`--workers`) for about
+`--seconds` each; MB/s counts uncompressed image and label bytes (uint16 bands, uint8 labels).
+
+- loader: `TileDataModule.train_dataloader()` epoch after epoch (shuffled, augmented, normalised float32
+  batches; DataLoader worker start-up included);
+- decode-only limit: the same stored chunks, already in memory, decoded with the same codec in a tight loop;
+  goal: the loader reaches at least 0.5 of it;
+- random tiles through zarr: one tile (image and label) per read, at random; goal: the loader is 3× faster;
+- source windows: what a TorchGeo user does, random tile-sized windows of the source GeoTIFFs (the store's
+  `scenes[i].paths`): TorchGeo's `RasterDataset` with a `RandomGeoSampler` when torchgeo is installed (it is
+  a benchmark-only extra, not a dependency), and plain rasterio windowed reads always; goal: 10× faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from eoscale import schema
+from eoscale.errors import InputError
+
+GOALS = {"decode_only": 0.5, "random_zarr": 3.0, "source_windows": 10.0}  # loader ÷ baseline, at least
+_MAX_DECODE_TILES = 2048  # chunks held in memory per decode process
+
+
+def bench_loader(
+    store: str | os.PathLike,
+    *,
+    workers: int = 2,
+    batch_size: int = 32,
+    seconds: float = 10.0,
+    seed: int = 0,
+    torchgeo: bool | None = None,
+    show: bool = True,
+) -> dict:
+    """Measure the training loader of `store` and the baselines; print a table (with `show`) and return the
+    figures: one entry per method with `tiles_per_s`, `mb_per_s`, `processes`, plus `ratios` (loader ÷
+    baseline) and `goals`. `torchgeo=None` measures TorchGeo when it can be imported, True requires it."""
+    from eoscale.data.store import read_store_attrs
+
+    if workers < 0 or batch_size < 1 or seconds <= 0:
+        raise InputError(f"need workers ≥ 0, batch_size ≥ 1 and seconds > 0, got {workers}, {batch_size}, {seconds}")
+    store = str(store)
+    attrs = read_store_attrs(store)
+    tile_size, bands = int(attrs[schema.ATTR_TILE_SIZE]), len(attrs[schema.ATTR_BANDS])
+    tile_bytes = tile_size * tile_size * (2 * bands + 1)
+    split = tuple(attrs[schema.ATTR_SPLITS]["train"])
+    if split[1] <= split[0]:
+        raise InputError(f"the 'train' split of tile store {store!r} has no tiles: benchmark a store that has some")
+    processes = max(workers, 1)
+
+    results: dict[str, dict | None] = {}
+    results["loader"] = _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed)
+    results["loader"]["processes"] = processes
+    results["decode_only"] = _pool(_decode_worker, store, split, processes, seconds, seed)
+    results["random_zarr"] = _pool(_random_worker, store, split, processes, seconds, seed)
+    scenes = _scene_paths(store, attrs)
+    results["rasterio_windows"] = (
+        _pool(_window_worker, scenes, tile_size, processes, seconds, seed) if scenes else None
+    )
+    results["torchgeo"] = None
+    if torchgeo or (torchgeo is None and _has_torchgeo()):
+        if not scenes:
+            raise InputError(f"the source scenes of {store!r} are not where its attributes say: cannot run TorchGeo")
+        results["torchgeo"] = _torchgeo(scenes, tile_size, workers=workers, batch_size=batch_size, seconds=seconds,
+                                        seed=seed)
+    for entry in results.values():
+        if entry is not None:
+            entry["mb_per_s"] = entry["tiles_per_s"] * tile_bytes / 1e6
+    loader = results["loader"]["tiles_per_s"]
+    source = results["torchgeo"] or results["rasterio_windows"]
+    ratios = {
+        "decode_only": loader / results["decode_only"]["tiles_per_s"] if results["decode_only"] else None,
+        "random_zarr": loader / results["random_zarr"]["tiles_per_s"],
+        "source_windows": loader / source["tiles_per_s"] if source else None,
+    }
+    report = {
+        "store": store, "tile_size": tile_size, "bands": bands, "batch_size": batch_size, "workers": workers,
+        "seconds": seconds, **results, "source_windows": "torchgeo" if results["torchgeo"] else "rasterio_windows",
+        "ratios": ratios, "goals": dict(GOALS),
+    }
+    if show:
+        _print_table(report)
+    return report
+
+
+def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: int) -> dict:
+    from eoscale.data.datamodule import TileDataModule
+
+    dm = TileDataModule(store, batch_size=batch_size, num_workers=workers, seed=seed, pin_memory=False)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    tiles, epochs, started = 0, 0, time.perf_counter()
+    while time.perf_counter() - started < seconds or epochs == 0:
+        loader.set_epoch(epochs)
+        for batch in loader:
+            tiles += len(batch["tile"])
+        epochs += 1
+    elapsed = time.perf_counter() - started
+    return {"tiles_per_s": tiles / elapsed, "tiles": tiles, "epochs": epochs}
+
+
+def _pool(worker, source, what, processes: int, seconds: float, seed: int) -> dict | None:
+    """Run `worker(source, what, share, shares, seconds, seed)` in `processes` processes at once; the rate is
+    the sum of their rates."""
+    context = mp.get_context("fork")
+    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+        futures = [pool.submit(worker, source, what, i, processes, seconds, seed) for i in range(processes)]
+        done = [f.result() for f in futures]
+    if any(d is None for d in done):
+        return None
+    return {"tiles_per_s": sum(t / s for t, s in done), "tiles": sum(t for t, _ in done), "processes": processes}
+
+
+def _decode_worker(store: str, split: tuple[int, int], share: int, shares: int, seconds: float, seed: int):
+    from eoscale.data.stream import ShardReader
+
+    images, labels = ShardReader(Path(store) / schema.IMAGES), ShardReader(Path(store) / schema.LABELS)
+    if not (images.direct and labels.direct):
+        return None  # not the layout eoscale ingest writes: no codec to call directly
+    chunks, cached = [], (None, None, None)
+    per_shard = images._direct.shard_tiles
+    for tile in range(split[0] + share, split[1], shares):
+        if len(chunks) >= _MAX_DECODE_TILES:
+            break
+        shard, j = divmod(tile, per_shard)
+        if cached[0] != shard:
+            cached = (shard, images._direct.chunks(shard), labels._direct.chunks(shard))
+        image, label = cached[1], cached[2]
+        if image and label and image[j] is not None and label[j] is not None:
+            chunks.append((bytes(image[j]), bytes(label[j])))
+    image_out = np.empty(images.tile_shape, dtype=images.dtype)
+    label_out = np.empty(labels.tile_shape, dtype=labels.dtype)
+    tiles, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for image, label in chunks:
+            images._direct.decode(image, image_out)
+            labels._direct.decode(label, label_out)
+        tiles += len(chunks)
+    return tiles, time.perf_counter() - started
+
+
+def _random_worker(store: str, split: tuple[int, int], share: int, shares: int, seconds: float, seed: int):
+    import zarr
+
+    images = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r")
+    labels = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")
+    rng = np.random.default_rng([seed, share])
+    tiles, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        i = int(rng.integers(*split))
+        images[i], labels[i]
+        tiles += 1
+    return tiles, time.perf_counter() - started
+
+
+def _window_worker(scenes: list[str], tile_size: int, share: int, shares: int, seconds: float, seed: int):
+    import rasterio
+    from rasterio.windows import Window
+
+    rng = np.random.default_rng([seed, share, 1])
+    sources = [rasterio.open(p) for p in scenes]
+    try:
+        tiles, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            src = sources[int(rng.integers(len(sources)))]
+            row = int(rng.integers(0, src.height - tile_size + 1))
+            col = int(rng.integers(0, src.width - tile_size + 1))
+            src.read(window=Window(col, row, tile_size, tile_size))
+            tiles += 1
+        return tiles, time.perf_counter() - started
+    finally:
+        for src in sources:
+            src.close()
+
+
+def _has_torchgeo() -> bool:
+    try:
+        import torchgeo  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _torchgeo(scenes: list[str], tile_size: int, *, workers: int, batch_size: int, seconds: float, seed: int) -> dict:
+    """TorchGeo's own way: a RasterDataset over the scenes, random windows from a RandomGeoSampler."""
+    import torch
+    from torch.utils.data import DataLoader
+    from torchgeo.datasets import RasterDataset, stack_samples
+    from torchgeo.samplers import RandomGeoSampler
+
+    dataset = RasterDataset(paths=scenes)
+    length = max(batch_size, int(seconds * 2000))  # more than can be read in time; the loop stops on the clock
+    sampler = RandomGeoSampler(dataset, size=tile_size, length=length, generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(dataset, sampler=sampler, batch_size=batch_size, num_workers=workers, collate_fn=stack_samples)
+    tiles, started = 0, time.perf_counter()
+    for batch in loader:
+        tiles += len(batch["image"])
+        if time.perf_counter() - started >= seconds:
+            break
+    elapsed = time.perf_counter() - started
+    return {"tiles_per_s": tiles / elapsed, "tiles": tiles, "processes": max(workers, 1)}
+
+
+def _scene_paths(store: str, attrs: dict) -> list[str]:
+    """The source files of the store's scenes, where they can still be found (relative paths are tried
+    against the working directory, then the store's folder)."""
+    found = []
+    for scene in attrs[schema.ATTR_SCENES]:
+        for p in scene.get("paths", []):
+            for candidate in (Path(p), Path(store).parent / p):
+                if candidate.is_file():
+                    found.append(str(candidate))
+                    break
+    return found
+
+
+def _print_table(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"loader on {report['store']} ('train', {report['tile_size']} px, {report['bands']} bands, "
+                        f"batch {report['batch_size']}, {report['workers']} workers)")
+    for col in ("method", "processes", "tiles/s", "MB/s", "loader ×", "goal"):
+        table.add_column(col, justify="right" if col != "method" else "left")
+    rows = [("loader", "loader", None), ("decode-only limit", "decode_only", "decode_only"),
+            ("random tiles (zarr)", "random_zarr", "random_zarr"),
+            ("TorchGeo RandomGeoSampler", "torchgeo", "source_windows" if report["torchgeo"] else None),
+            ("rasterio windows", "rasterio_windows", None if report["torchgeo"] else "source_windows")]
+    for label, key, ratio_key in rows:
+        entry = report.get(key)
+        if entry is None:
+            continue
+        ratio = report["ratios"][ratio_key] if ratio_key else None
+        if key == "rasterio_windows" and ratio is None:
+            ratio = report["loader"]["tiles_per_s"] / entry["tiles_per_s"]
+        table.add_row(
+            label, str(entry["processes"]), f"{entry['tiles_per_s']:,.0f}", f"{entry['mb_per_s']:,.1f}",
+            "" if ratio is None or key == "loader" else f"{ratio:.2f}",
+            f"≥ {GOALS[ratio_key]:g}" if ratio_key else "",
+        )
+    Console().print(table)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("store", metavar="STORE", help="a tile store written by 'eoscale ingest'")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers, and processes of each baseline")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=10.0, help="time spent on each measurement")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-torchgeo", action="store_true", help="skip TorchGeo even when it is installed")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
+
+
+def run(args: argparse.Namespace) -> int:
+    report = bench_loader(args.store, workers=args.workers, batch_size=args.batch_size, seconds=args.seconds,
+                          seed=args.seed, torchgeo=False if args.no_torchgeo else None)
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0

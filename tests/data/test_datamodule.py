@@ -1,0 +1,161 @@
+"""TileDataModule: drives a Lightning Trainer, exposes the band contract, refuses bad input in one line."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import zarr
+from torch import nn
+
+from eoscale import schema
+from eoscale.classes import ClassTable
+from eoscale.data import TileDataModule, read_store_attrs
+from eoscale.errors import BandMismatchError, IncompleteStoreError, InputError, StoreError, StoreNotFoundError
+from tests.data.conftest import BANDS
+
+
+class PixelClassifier(L.LightningModule):
+    """A 1×1 convolution: the smallest segmentation model."""
+
+    def __init__(self, bands: int, classes: int, ignore_index: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(bands, classes, 1)
+        self.loss = nn.CrossEntropyLoss(ignore_index=ignore_index)
+        self.seen: dict[int, list[int]] = {}
+
+    def training_step(self, batch, batch_idx):
+        self.seen.setdefault(self.current_epoch, []).extend(batch["tile"].tolist())
+        return self.loss(self.conv(batch["image"]), batch["label"])
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val_loss", self.loss(self.conv(batch["image"]), batch["label"]))
+
+    def predict_step(self, batch, batch_idx):
+        return batch["tile"], self.conv(batch["image"]).argmax(1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _trainer(**kwargs) -> L.Trainer:
+    defaults = dict(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                    enable_progress_bar=False, enable_model_summary=False)
+    return L.Trainer(**{**defaults, **kwargs})
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*does not have many workers.*")
+        warnings.filterwarnings("ignore", ".*suggested max number of worker.*")
+        yield
+
+
+def test_fast_dev_run_trains_a_1x1_conv(store):
+    dm = TileDataModule(store, batch_size=8, num_workers=1)
+    model = PixelClassifier(dm.num_bands, dm.num_classes, dm.ignore_index)
+    before = model.conv.weight.detach().clone()
+    _trainer(fast_dev_run=2).fit(model, datamodule=dm)
+    assert len(model.seen[0]) == 16
+    assert not torch.equal(before, model.conv.weight)
+
+
+def test_lightning_sets_the_epoch_on_persistent_workers(store):
+    dm = TileDataModule(store, batch_size=16, num_workers=2, seed=3)
+    model = PixelClassifier(dm.num_bands, dm.num_classes, dm.ignore_index)
+    _trainer(max_epochs=2, limit_val_batches=0).fit(model, datamodule=dm)
+    expected = TileDataModule(store, batch_size=16, num_workers=2, seed=3)
+    expected.setup("fit")
+    loader = expected.train_dataloader()
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        assert model.seen[epoch] == [t for batch in loader for t in batch["tile"].tolist()]
+    assert model.seen[0] != model.seen[1]
+    start, stop = dm.split_range("train")
+    assert sorted(model.seen[0]) == list(range(start, stop))
+
+
+def test_trainer_predicts_every_tile_of_the_chosen_split_once(store):
+    dm = TileDataModule(store, batch_size=16, num_workers=1, predict_split="val")
+    model = PixelClassifier(dm.num_bands, dm.num_classes, dm.ignore_index)
+    out = _trainer().predict(model, datamodule=dm)
+    tiles = torch.cat([tile for tile, _ in out]).tolist()
+    assert sorted(tiles) == list(range(*dm.split_range("val")))
+    assert out[0][1].shape[1:] == (dm.tile_size, dm.tile_size)
+
+
+def test_band_contract_and_class_weights(store):
+    dm = TileDataModule(store, batch_size=8)
+    attrs = read_store_attrs(store)
+    assert dm.band_names == BANDS and dm.num_bands == 10
+    assert dm.tile_size == 16 and dm.ignore_index == 255
+    assert dm.class_table == ClassTable.from_records(attrs["classes"]) and dm.num_classes == 4
+    assert dm.statistics["mean"] == attrs["statistics"]["mean"]
+    weights = dm.class_weights()
+    assert weights.shape == (4,) and weights.dtype == torch.float32 and (weights > 0).all()
+    start, stop = dm.split_range("train")
+    counts = zarr.open_array(str(Path(store) / schema.CLASS_COUNTS), mode="r")[start:stop].sum(0)
+    assert torch.argmax(weights).item() == counts.argmin()  # the rarest class weighs most
+
+
+def _copy(store: str, tmp_path: Path, **attrs) -> str:
+    """A copy of the store with some attributes changed (tests only: eoscale itself never edits a store)."""
+    path = tmp_path / "copy.zarr"
+    shutil.copytree(store, path)
+    zarr.open_group(str(path), mode="r+").attrs.update(attrs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zarr.consolidate_metadata(str(path))
+    return str(path)
+
+
+def test_missing_store_says_to_ingest(tmp_path):
+    dm = TileDataModule(tmp_path / "nothing.zarr")
+    with pytest.raises(StoreNotFoundError, match="run 'eoscale ingest' first"):
+        dm.prepare_data()
+
+
+def test_incomplete_store_is_refused(store, tmp_path):
+    dm = TileDataModule(_copy(store, tmp_path, complete=False))
+    with pytest.raises(IncompleteStoreError, match="not finished"):
+        dm.prepare_data()
+
+
+def test_store_of_another_version_is_refused(store, tmp_path):
+    dm = TileDataModule(_copy(store, tmp_path, eoscale_schema_version=99))
+    with pytest.raises(StoreError, match="schema version 99"):
+        dm.setup("fit")
+
+
+def test_unknown_band_names_the_bands_there_are(store):
+    with pytest.raises(BandMismatchError, match="'B99' is not in tile store .* choose from B02, B03"):
+        TileDataModule(store, bands=["B02", "B99"]).setup("fit")
+
+
+def test_empty_split_is_refused_and_empty_val_turns_validation_off(store, tmp_path):
+    splits = read_store_attrs(store)["splits"]
+    path = _copy(store, tmp_path, splits={**splits, "test": [0, 0], "val": [0, 0]})
+    with pytest.raises(InputError, match="'test' split .* has no tiles: ingest again with a --split"):
+        TileDataModule(path).setup("test")
+    dm = TileDataModule(path, batch_size=8, num_workers=0)
+    dm.setup("fit")
+    assert dm.val_dataloader() == []
+
+
+def test_batch_larger_than_a_rank_share_is_refused(store):
+    with pytest.raises(InputError, match=r"batch_size=1000 is larger .* use a batch size of at most 196"):
+        TileDataModule(store, batch_size=1000).setup("fit")
+
+
+@pytest.mark.parametrize("options, match", [
+    ({"batch_size": 0}, "batch_size must be at least 1"),
+    ({"predict_split": "holdout"}, "choose one of train, val, test"),
+])
+def test_bad_options_are_refused_at_once(store, options, match):
+    with pytest.raises(InputError, match=match):
+        TileDataModule(store, **options)

@@ -1,0 +1,81 @@
+"""Partition: every tile of a split once per epoch across ranks and workers, within the documented bound."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from eoscale.data.partition import num_batches, plan_epoch, rank_length, shard_runs, take, worker_batches
+
+
+def test_shard_runs_cut_a_split_at_shard_boundaries():
+    assert shard_runs(5, 21, 8).tolist() == [[5, 8], [8, 16], [16, 21]]
+    assert shard_runs(8, 16, 8).tolist() == [[8, 16]]
+    assert shard_runs(3, 3, 8).shape == (0, 2)
+
+
+def test_take_wraps_around_for_padding():
+    runs = np.array([[10, 13], [0, 2]])  # the sequence 10 11 12 0 1
+    assert take(runs, 1, 3).tolist() == [[11, 13], [0, 1]]
+    assert take(runs, 4, 3).tolist() == [[1, 2], [10, 12]]
+
+
+def test_worker_batches_are_contiguous_and_cover_the_rank():
+    for batches, workers in itertools.product(range(0, 12), range(1, 5)):
+        blocks = [worker_batches(batches, w, workers) for w in range(workers)]
+        assert blocks[0][0] == 0 and blocks[-1][1] == batches
+        assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:], strict=False))
+        assert max(b - a for a, b in blocks) - min(b - a for a, b in blocks) <= 1
+
+
+def _epoch(split, *, world, workers, batch, epoch=0, seed=0, shuffle=True, shard=8):
+    """Tiles per rank (in read order) and batches per rank, as the stream would make them."""
+    tiles, batches = {}, {}
+    for rank in range(world):
+        got, count = [], 0
+        for worker in range(workers):
+            plan = plan_epoch(split, shard, batch_size=batch, rank=rank, world_size=world, worker=worker,
+                              workers=workers, seed=seed, epoch=epoch, shuffle=shuffle, pad=not shuffle)
+            ids = [t for a, b in plan.ranges for t in range(a, b)]
+            assert len(ids) == plan.tiles <= plan.batches * batch
+            assert plan.tiles > (plan.batches - 1) * batch or plan.batches == 0
+            got += ids
+            count += plan.batches
+            assert plan.rank_batches == num_batches(rank_length(split[1] - split[0], world, pad=not shuffle), batch)
+        tiles[rank], batches[rank] = got, count
+    return tiles, batches
+
+
+@pytest.mark.parametrize("world,workers,batch", list(itertools.product([1, 2, 3], [1, 2, 3], [1, 4, 8])))
+@pytest.mark.parametrize("split", [(5, 101), (0, 64), (3, 10)])
+def test_training_epoch_delivers_each_tile_at_most_once_and_drops_fewer_than_world_size(split, world, workers, batch):
+    n = split[1] - split[0]
+    tiles, batches = _epoch(split, world=world, workers=workers, batch=batch)
+    delivered = [t for ids in tiles.values() for t in ids]
+    assert len(delivered) == len(set(delivered))
+    assert set(delivered) <= set(range(*split))
+    assert n - len(delivered) == n % world <= world - 1
+    assert len(set(batches.values())) == 1  # equal steps on every rank
+    assert batches[0] == num_batches(n // world, batch)
+
+
+@pytest.mark.parametrize("world,workers,batch", list(itertools.product([1, 2, 3], [1, 2], [1, 4, 8])))
+def test_evaluation_epoch_delivers_every_tile_and_repeats_fewer_than_world_size(world, workers, batch):
+    split = (5, 101)
+    tiles, batches = _epoch(split, world=world, workers=workers, batch=batch, shuffle=False)
+    counts = Counter(t for ids in tiles.values() for t in ids)
+    assert set(counts) == set(range(*split))
+    assert sum(c - 1 for c in counts.values()) == -(-96 // world) * world - 96 <= world - 1
+    assert len(set(batches.values())) == 1
+    again, _ = _epoch(split, world=world, workers=workers, batch=batch, shuffle=False, epoch=3)
+    assert again == tiles  # a fixed order
+
+
+def test_order_changes_with_the_epoch_and_repeats_with_the_seed():
+    first, _ = _epoch((0, 200), world=2, workers=2, batch=4, epoch=0)
+    assert _epoch((0, 200), world=2, workers=2, batch=4, epoch=0)[0] == first
+    assert _epoch((0, 200), world=2, workers=2, batch=4, epoch=1)[0] != first
+    assert _epoch((0, 200), world=2, workers=2, batch=4, epoch=0, seed=1)[0] != first

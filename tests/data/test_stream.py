@@ -1,0 +1,119 @@
+"""TileStream: whole-shard reads equal zarr's, augmentation keeps labels on their pixels, normalisation
+uses the store's statistics, bands are picked by name, nodata becomes ignore."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+
+from eoscale import schema
+from eoscale.data import TileDataModule, open_store
+from eoscale.data.stream import ShardReader, dihedral
+from tests.data.conftest import BANDS, class_of_pixels
+
+
+@pytest.mark.parametrize("array", [schema.IMAGES, schema.LABELS])
+def test_direct_shard_reads_equal_zarr(store, array):
+    reader = ShardReader(Path(store) / array)
+    assert reader.direct  # the layout eoscale ingest writes
+    expected = zarr.open_array(str(Path(store) / array), mode="r")
+    for start, stop in [(0, 8), (3, 29), (100, 101), (expected.shape[0] - 5, expected.shape[0])]:
+        np.testing.assert_array_equal(reader.read(start, stop), expected[start:stop])
+    reader._direct = None  # zarr's own path gives the same
+    np.testing.assert_array_equal(reader.read(3, 29), expected[3:29])
+
+
+def test_dihedral_moves_image_and_label_together():
+    rng = np.random.default_rng(0)
+    image = rng.integers(0, 1000, (16, 3, 8, 8)).astype(np.uint16)
+    label = (image[:, 1] % 7).astype(np.uint8)  # a function of the pixels
+    choice = np.arange(16) % 8
+    turned, turned_label = dihedral(image, label, choice)
+    np.testing.assert_array_equal(turned_label, turned[:, 1] % 7)
+    np.testing.assert_array_equal(turned[choice == 0], image[choice == 0])
+    # the 8 choices are the 8 distinct symmetries of the square
+    tile = np.arange(64).reshape(1, 1, 8, 8)
+    shapes = {dihedral(tile, None, np.array([t]))[0].tobytes() for t in range(8)}
+    assert len(shapes) == 8
+
+
+def _raw(batch, stats, bands):
+    """Back from normalised floats to the stored values of `bands`."""
+    mean = np.asarray(stats["mean"], dtype=np.float32)[:, None, None]
+    std = np.asarray(stats["std"], dtype=np.float32)[:, None, None]
+    return np.rint(batch["image"].numpy() * std + mean).astype(np.int64)
+
+
+def test_augmented_training_batches_keep_labels_on_their_pixels(store):
+    dm = TileDataModule(store, batch_size=16, num_workers=0, augment=True)
+    dm.setup("fit")
+    scene = open_store(store)[schema.SCENE].values
+    turned = 0
+    for batch in dm.train_dataloader():
+        raw = _raw(batch, dm.statistics, BANDS)
+        label = batch["label"].numpy()
+        for i, tile in enumerate(batch["tile"].tolist()):
+            if scene[tile] != 0:
+                continue  # scene 0's labels are on its own grid: label == class of the pixels, exactly
+            known = label[i] != dm.ignore_index
+            np.testing.assert_array_equal(label[i][known], class_of_pixels(raw[i, 0])[known])
+            stored = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")[tile]
+            turned += not np.array_equal(label[i], stored)
+    assert turned > 0  # the augmentation did turn tiles
+
+
+def test_normalisation_uses_store_statistics_of_bands_picked_by_name(store):
+    dm = TileDataModule(store, batch_size=8, num_workers=0, bands=["B08", "B03"])
+    dm.setup("validate")
+    attrs = open_store(store).attrs
+    stats = attrs[schema.ATTR_STATISTICS]
+    assert dm.band_names == ["B08", "B03"] and dm.num_bands == 2
+    assert dm.statistics == {"mean": [stats["mean"][6], stats["mean"][1]], "std": [stats["std"][6], stats["std"][1]]}
+    images = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r")
+    labels = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")
+    mean = np.asarray(dm.statistics["mean"], dtype=np.float32)[:, None, None]
+    std = np.asarray(dm.statistics["std"], dtype=np.float32)[:, None, None]
+    for batch in dm.val_dataloader():
+        assert batch["image"].dtype == torch.float32 and batch["label"].dtype == torch.int64
+        for i, tile in enumerate(batch["tile"].tolist()):
+            raw = images[tile][[6, 1]]
+            nodata = (raw == attrs[schema.ATTR_NODATA]).any(axis=0)
+            expected = np.where(nodata, 0.0, (raw.astype(np.float32) - mean) / std)
+            np.testing.assert_allclose(batch["image"][i].numpy(), expected, rtol=1e-5, atol=1e-4)
+            label = batch["label"][i].numpy()
+            assert (label[nodata] == dm.ignore_index).all()
+            np.testing.assert_array_equal(label[~nodata], labels[tile][~nodata])
+
+
+def test_nodata_pixels_are_ignored_and_zero(store):
+    dm = TileDataModule(store, batch_size=8, num_workers=0, augment=False)
+    dm.setup("fit")
+    found = 0
+    for batch in dm.train_dataloader():
+        raw = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r").oindex[batch["tile"].numpy()]
+        nodata = (raw == 0).any(axis=1)
+        found += int(nodata.sum())
+        assert (batch["label"].numpy()[nodata] == dm.ignore_index).all()
+        assert (batch["image"].numpy().transpose(1, 0, 2, 3)[:, nodata] == 0).all()
+    assert found > 0
+
+
+def test_label_free_batches_have_no_label(store):
+    dm = TileDataModule(store, batch_size=8, num_workers=0, labels=False)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"image", "tile"}
+    assert batch["image"].shape == (8, len(BANDS), dm.tile_size, dm.tile_size)
+
+
+def test_workers_without_a_batch_are_fine(store):
+    dm = TileDataModule(store, batch_size=64, num_workers=3)  # fewer batches than workers
+    dm.setup("validate")
+    loader = dm.val_dataloader()
+    tiles = [t for batch in loader for t in batch["tile"].tolist()]
+    assert len(loader) == -(-len(tiles) // 64)
+    assert tiles == list(range(*dm.split_range("val")))  # evaluation keeps store order within a worker
