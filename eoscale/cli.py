@@ -20,6 +20,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("eoscale.synth.command", "generate synthetic Sentinel-2 scenes and land-cover labels (the embedded default data)"),
     "ingest": ("eoscale.ingest.command", "cut GeoTIFF/COG scenes and label rasters into a sharded Zarr v3 tile store"),
     "info": ("eoscale.data.info", "describe a tile store: tiles, shards, bands, classes per split, statistics"),
+    "fit": ("eoscale.train.command", "train a segmentation model on a tile store (LightningCLI: --config, DDP/FSDP, MLflow)"),
+    "validate": ("eoscale.train.command", "evaluate a checkpoint on a tile store's val split (LightningCLI)"),
+    "test": ("eoscale.train.command", "evaluate a checkpoint on a tile store's test split (LightningCLI)"),
+    "consolidate": ("eoscale.train.checkpoint", "turn a sharded (FSDP) checkpoint folder into one checkpoint file"),
+    "slurm": ("eoscale.slurm.command", "render or submit Slurm job scripts from a cluster profile and a template"),
+    "pipeline": ("eoscale.slurm.pipeline_command", "run the steps of a pipeline file (synth → ingest → fit → …) in order"),
     "bench": ("eoscale.bench.command", "measure eoscale against baselines run on the same data, and record the figures"),
 }
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from eoscale.errors import InputError
 from eoscale.ingest.skeleton import CODECS
 
 
@@ -58,8 +61,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--level", type=int, help="compression level (default: the codec's)")
     parser.add_argument("--workers", type=int, help="local Dask worker processes (default: one per core)")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="use a running Dask scheduler (tcp://host:port) instead")
+    slurm = parser.add_argument_group("Dask workers as Slurm jobs (dask-jobqueue's SLURMCluster)")
+    slurm.add_argument("--slurm-workers", type=int, metavar="N",
+                       help="submit Slurm jobs for N Dask worker processes and ingest on them")
+    slurm.add_argument("--slurm-profile", metavar="PROFILE",
+                       help="cluster profile (slurm/profiles) whose 'dask' section describes a worker job "
+                            "(default: dask-jobqueue's own configuration)")
+    slurm.add_argument("--slurm-log-dir", default="logs", metavar="DIR",
+                       help="folder of the worker jobs' output (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store (only once the new one is complete)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+@contextmanager
+def _scheduler(args: argparse.Namespace) -> Iterator[str | None]:
+    """The address of the scheduler to ingest on: --scheduler, a SLURMCluster's (--slurm-workers), or none."""
+    if not args.slurm_workers:
+        yield args.scheduler
+        return
+    if args.scheduler:
+        raise InputError("give --scheduler or --slurm-workers, not both")
+    from eoscale.slurm.dask import slurm_cluster
+
+    with slurm_cluster(args.slurm_workers, profile=args.slurm_profile, log_directory=args.slurm_log_dir) as cluster:
+        yield cluster.scheduler_address
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,13 +93,13 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.ingest import ingest
 
     console = Console(stderr=True, soft_wrap=True)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _scheduler(args) as scheduler:
         warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
         summary = ingest(
             args.scenes, args.output, labels=args.labels, classes=args.classes, bands=args.bands,
             band_names=args.band_names, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
-            codec=args.codec, level=args.level, workers=args.workers, scheduler=args.scheduler,
+            codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, progress=not args.quiet,
         )
     if summary.unmapped_label_codes:

@@ -1,0 +1,169 @@
+"""`eoscale fit | validate | test`: LightningCLI over `SegmentationTask` and a tile-store DataModule.
+
+One machine, one device (CPU or GPU)::
+
+    eoscale fit --config configs/resnet18_seg.yaml --data.init_args.store runs/tiles.zarr
+
+Several GPUs of one machine (Lightning starts one process per device)::
+
+    eoscale fit --config configs/resnet18_seg.yaml --config configs/strategy/ddp.yaml --trainer.devices 4
+
+Several nodes under Slurm (one task per GPU; Lightning's SLURMEnvironment reads the ranks from srun)::
+
+    srun --ntasks-per-node 4 --gpus-per-node 4 eoscale fit --config configs/vit_s16_seg.yaml \\
+        --config configs/strategy/fsdp.yaml --trainer.num_nodes 2 --trainer.devices 4
+
+or with `torchrun --nnodes 2 --nproc-per-node 4 -m eoscale fit ...` (TorchElasticEnvironment).
+Resume with `--ckpt_path last` or a checkpoint path; `eoscale consolidate` makes one file of an FSDP
+checkpoint folder. Every run logs to MLflow (see `eoscale.train.tracking`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import warnings
+from typing import Any
+
+import torch
+from jsonargparse import Namespace
+from lightning import LightningDataModule
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+from eoscale.errors import InputError, UserError
+from eoscale.train.task import BaseTask
+from eoscale.train.tracking import TrainingMonitor, mlflow_loggers
+
+LOGGER = "eoscale.train.tracking.MLflowLogger"
+
+
+def default_precision() -> str:
+    """bf16 mixed precision where the GPU has it, fp32 elsewhere (CPUs: bf16 is slow there)."""
+    if torch.cuda.is_available() and torch.cuda.is_bf16_supported():
+        return "bf16-mixed"
+    return "32-true"
+
+
+class ShortErrorParser(LightningArgumentParser):
+    """Parse errors as one line (`eoscale fit: error: ...`) and exit code 2, like every eoscale command."""
+
+    def error(self, message: str, ex: Exception | None = None) -> None:  # type: ignore[override]
+        lines = [ln.strip() for ln in str(message).splitlines() if ln.strip()]
+        # jsonargparse nests the cause ("Does not validate against any of the types ... - Problem with ...");
+        # the innermost line names the key and the value, the one worth reading
+        detail = next((ln.lstrip("- ") for ln in reversed(lines) if "Key" in ln or "key" in ln), None)
+        text = lines[0] if lines else "invalid arguments"
+        if detail and detail not in text:
+            text = f"{text} ({detail})"
+        words = self.prog.split()
+        prog = f"eoscale {words[-1]}" if words and words[-1] in ("fit", "validate", "test") else "eoscale"
+        sys.stderr.write(f"{prog}: error: {text}\n")
+        sys.exit(2)
+
+
+class SaveConfigToMLflow(SaveConfigCallback):
+    """The resolved config as MLflow params (flattened) and as the artifact `config.yaml`."""
+
+    def save_config(self, trainer, pl_module, stage: str) -> None:
+        # rank 0 only (Lightning's rule): no collectives here, not even `trainer.log_dir` (it broadcasts)
+        loggers = mlflow_loggers(trainer)
+        if not loggers:
+            return
+        params = _flatten(self.parser.dump(self.config, skip_none=True, format="json"))
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, self.config_filename)
+            with open(path, "w") as f:
+                f.write(self.parser.dump(self.config, skip_none=False))
+            for logger in loggers:
+                logger.log_hyperparams(params)
+                if hasattr(logger, "log_artifact"):
+                    logger.log_artifact(path)
+
+
+def _flatten(dumped: str) -> dict[str, Any]:
+    import json
+
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict) and value:
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        else:
+            out[prefix] = value
+
+    walk("", json.loads(dumped))
+    return {k.replace(".init_args.", ".").replace("init_args.", ""): v for k, v in out.items()}
+
+
+class EoscaleCLI(LightningCLI):
+    """LightningCLI with eoscale's defaults: MLflow logging, the training monitor, a best-mIoU
+    checkpoint, precision by hardware, a fixed seed, and one-line errors."""
+
+    def __init__(self, args: list[str] | None = None, *, run: bool = True, **kwargs: Any) -> None:
+        # under `eoscale fit`, args are sys.argv[1:] as well (Lightning's launcher reruns sys.argv per rank)
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+        kwargs.setdefault("save_config_callback", SaveConfigToMLflow)
+        kwargs.setdefault("save_config_kwargs", {"overwrite": True})
+        super().__init__(
+            model_class=BaseTask,
+            datamodule_class=LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            seed_everything_default=0,
+            parser_class=ShortErrorParser,
+            parser_kwargs={"prog": "eoscale"},
+            args=args,
+            run=run,
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(TrainingMonitor, "monitor")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val_miou",
+                "checkpoint.mode": "max",
+                "checkpoint.save_last": True,
+                "checkpoint.save_top_k": 1,
+                "checkpoint.filename": "epoch{epoch:03d}-step{step:06d}-miou{val_miou:.4f}",
+                "checkpoint.auto_insert_metric_name": False,
+                "trainer.logger": {"class_path": LOGGER},
+                "trainer.precision": default_precision(),
+                "trainer.accelerator": "auto",
+            }
+        )
+
+    def instantiate_classes(self) -> None:
+        # the Trainer and strategies check their options only when built: a bad value there is the user's
+        try:
+            super().instantiate_classes()
+        except (ValueError, MisconfigurationException) as err:
+            if isinstance(err, UserError):
+                raise
+            raise InputError(str(err).strip().splitlines()[0]) from err
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        root = config.trainer.get("default_root_dir") or os.getcwd()
+        loggers = config.trainer.logger
+        for logger in loggers if isinstance(loggers, list) else [loggers]:
+            # MLflow's SQLite store and artifacts live in the run directory, beside the checkpoints
+            if isinstance(logger, Namespace) and logger.get("class_path") == LOGGER:
+                if logger.init_args.get("root_dir") is None:
+                    logger.init_args.root_dir = str(root)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run `eoscale fit|validate|test` with `args` (default: `sys.argv[1:]`); callable from tests."""
+    if args is not None and not args:
+        raise InputError("give a subcommand: fit, validate or test")
+    EoscaleCLI(args=args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""Sharded data parallelism: FSDP2 (`fully_shard`) through Lightning's `ModelParallelStrategy`.
+
+Lightning's `strategy="fsdp"` (FSDP1) refuses CPUs; `ModelParallelStrategy` runs FSDP2 on CPUs with gloo
+(tests) and on GPUs with NCCL (production) alike. `FSDP2Strategy` is that strategy with pure data
+parallelism as its default (the whole world in one data-parallel dimension, no tensor parallelism) and
+the knobs of `shard_model`, which `SegmentationTask.configure_model` calls on every rank:
+
+    trainer:
+      strategy:
+        class_path: eoscale.train.fsdp.FSDP2Strategy
+        init_args: {activation_checkpointing: false, reshard_after_forward: true}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch.strategies import ModelParallelStrategy
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+
+from eoscale.errors import InputError
+from eoscale.models import shardable_blocks
+
+
+class FSDP2Strategy(ModelParallelStrategy):
+    """`ModelParallelStrategy` for FSDP2 alone: `data_parallel_size` defaults to the world size.
+
+    Args:
+        data_parallel_size: ranks that shard the model among them ("auto": all of them).
+        tensor_parallel_size: 1 (eoscale applies no tensor parallelism).
+        activation_checkpointing: recompute each block's activations in the backward pass (less memory,
+            about a third more compute).
+        reshard_after_forward: free the gathered parameters after each block's forward (ZeRO-3); `False`
+            keeps them until the backward (ZeRO-2: more memory, less communication).
+        save_distributed_checkpoint: write sharded checkpoints (one file per rank; resumable on any world
+            size); `False` gathers a full single file on rank 0.
+    """
+
+    def __init__(
+        self,
+        data_parallel_size: int | Literal["auto"] = "auto",
+        tensor_parallel_size: int = 1,
+        *,
+        activation_checkpointing: bool = False,
+        reshard_after_forward: bool = True,
+        save_distributed_checkpoint: bool = True,
+        process_group_backend: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            data_parallel_size=data_parallel_size,
+            tensor_parallel_size=tensor_parallel_size,
+            save_distributed_checkpoint=save_distributed_checkpoint,
+            process_group_backend=process_group_backend,
+            **kwargs,
+        )
+        self.activation_checkpointing = activation_checkpointing
+        self.reshard_after_forward = reshard_after_forward
+
+    def setup_environment(self) -> None:
+        # num_nodes and the devices per node are known before the process group starts; the parent's
+        # "auto" would mean one data-parallel group per node and tensor parallelism inside it
+        if self._data_parallel_size == "auto":
+            self._data_parallel_size = self.num_nodes * self.num_processes // int(self._tensor_parallel_size)
+        super().setup_environment()
+
+
+def shard_model(model: nn.Module, mesh: DeviceMesh, *, strategy: Any = None, precision: str | None = None) -> nn.Module:
+    """Wrap `model` with `fully_shard` block by block (ViT blocks, ResNet stages), then at the root.
+
+    ModelParallelStrategy refuses a LightningModule without `configure_model`: this must run there, on
+    every rank, after the process group exists and before Lightning builds the optimizer.
+    Each block is its own all-gather/reduce-scatter unit, so only one block's full parameters live at a
+    time. The root wrap takes what is left (stem, neck, decoder). Called on every rank with the same
+    freshly initialised weights; the optimizer must be built after this (Lightning does so).
+    """
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    if "data_parallel" in (mesh.mesh_dim_names or ()):
+        if mesh["tensor_parallel"].size() != 1:
+            raise InputError("eoscale shards with FSDP only: set tensor_parallel_size=1")
+        mesh = mesh["data_parallel"]
+    try:
+        blocks = shardable_blocks(model)
+    except InputError as err:
+        raise InputError(f"cannot use FSDP here: {err}") from None
+    checkpointing = bool(getattr(strategy, "activation_checkpointing", False))
+    reshard = bool(getattr(strategy, "reshard_after_forward", True))
+    # bf16 parameters for compute and fp32 gradient reduction on GPUs when asked for bf16; on CPUs fp32
+    # (bf16 matmuls there are slow and gloo's reductions gain nothing)
+    on_gpu = mesh.device_type == "cuda"
+    bf16 = on_gpu and precision is not None and str(precision).startswith("bf16")
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
+    for block in blocks:
+        if checkpointing:
+            _checkpoint(block)
+        fully_shard(block, mesh=mesh, mp_policy=policy, reshard_after_forward=reshard)
+    # the root's parameters are needed again at once for the backward: no point freeing them
+    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    return model
+
+
+def _checkpoint(block: nn.Module) -> None:
+    """Activation checkpointing of one block, in place (the module keeps its name and parameters)."""
+    from torch.distributed._composable import checkpoint
+
+    checkpoint(block)
+
+
+def local_fraction(model: nn.Module) -> float:
+    """The share of `model`'s parameter elements this rank holds (about 1/W under FSDP)."""
+    local = total = 0
+    for p in model.parameters():
+        total += p.numel()
+        local += p.to_local().numel() if hasattr(p, "to_local") else p.numel()
+    return local / max(total, 1)

@@ -1,0 +1,81 @@
+"""The fit template on the local Slurm cluster: two gloo DDP ranks as two srun tasks, and Lightning's
+auto-requeue: SIGUSR1 → hpc checkpoint → `scontrol requeue` → the requeued job resumes from it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from eoscale.cli import main
+from eoscale.slurm.render import render_job
+from eoscale.slurm.submit import job_state, submit_job, wait
+from tests.rasters import CLASSES_CSV, write_labels, write_scene
+from tests.slurm.conftest import ROOT, VENV
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("fit-store")
+    for i in range(2):
+        scene = root / f"scene{i}.tif"
+        classes = write_scene(scene, seed=i, origin=(310_000.0 + 4_000 * i, 5_650_000.0))
+        write_labels(root / f"labels{i}.tif", scene, classes)
+    (root / "classes.csv").write_text(CLASSES_CSV)
+    out = root / "tiles.zarr"
+    assert main(["ingest", "--scenes", str(root / "scene*.tif"), "--labels", str(root / "labels*.tif"), "--classes",
+                 str(root / "classes.csv"), "--output", str(out), "--tile-size", "32", "--shard-tiles", "16",
+                 "--workers", "1", "--quiet"]) == 0
+    return out
+
+
+def fit_job(store: Path, run_dir: Path, name: str, max_steps: int):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # one MLflow store made before the job: two ranks creating a fresh SQLite store at once can collide
+    # (reported to eoscale.train; the subject here is Slurm, not MLflow)
+    uri = f"sqlite:///{run_dir / 'mlflow.db'}"
+    subprocess.run([str(VENV / "bin" / "python"), "-c", f"import mlflow; mlflow.MlflowClient({uri!r}).search_experiments()"],
+                   check=True, capture_output=True)
+    return render_job("local", "fit", {
+        "venv": str(VENV), "workdir": str(ROOT), "log_dir": str(run_dir / "logs"), "job_name": name,
+        "tasks_per_node": 2, "config": ["configs/smoke.yaml"], "mlflow_uri": uri,
+        "args": ["--data.init_args.store", str(store), "--trainer.default_root_dir", str(run_dir),
+                 "--trainer.max_steps", str(max_steps), "--trainer.val_check_interval", str(max_steps // 2)],
+    })
+
+
+def test_two_rank_ddp_fit_job(local_slurm, store, tmp_path):
+    started = time.perf_counter()
+    job_id = submit_job(fit_job(store, tmp_path, "ddp", 6))
+    state = wait([job_id], timeout=600)[job_id]
+    log = (tmp_path / "logs" / f"ddp-{job_id}.out").read_text()
+    assert state == "COMPLETED", log[-3000:]
+    print(f"2-rank DDP fit job: {time.perf_counter() - started:.0f} s")
+    assert "Initializing distributed: GLOBAL_RANK: 1, MEMBER: 2/2" in log or "MEMBER: 2/2" in log
+    assert "`Trainer.fit` stopped: `max_steps=6` reached." in log
+
+
+def test_sigusr1_checkpoints_requeues_and_resumes(local_slurm, store, tmp_path):
+    started = time.perf_counter()
+    job_id = submit_job(fit_job(store, tmp_path, "requeue", 40))
+    log_file = tmp_path / "logs" / f"requeue-{job_id}.out"
+    deadline = time.monotonic() + 600
+    while "Setting signal handlers" not in (log_file.read_text() if log_file.exists() else ""):
+        assert time.monotonic() < deadline and job_state(job_id) in ("PENDING", "RUNNING", "CONFIGURING"), \
+            log_file.read_text()[-3000:] if log_file.exists() else job_state(job_id)
+        time.sleep(1)
+    time.sleep(5)
+    # what Slurm does at --signal=SIGUSR1@N before the time limit, now
+    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
+    state = wait([job_id], timeout=600)[job_id]
+    log = log_file.read_text()  # --open-mode=append: both runs of the job
+    assert state == "COMPLETED", log[-3000:]
+    print(f"fit job, SIGUSR1, requeue, resume: {time.perf_counter() - started:.0f} s")
+    assert "Handling auto-requeue signal" in log and "Requeued SLURM job" in log
+    assert f"eoscale: job {job_id} (restart 1)" in log
+    assert f"Restored all states from the checkpoint at {tmp_path}/hpc_ckpt_1.ckpt" in log
+    assert "`Trainer.fit` stopped: `max_steps=40` reached." in log

@@ -1,0 +1,42 @@
+"""Every YAML under configs/ parses and instantiates through `eoscale fit`'s parser (no training)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eoscale.train.cli import EoscaleCLI
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml"))
+FRAGMENTS = sorted(p for p in CONFIGS.glob("*/*.yaml"))
+
+
+def test_every_config_is_covered():
+    assert {p.name for p in MODEL_CONFIGS} >= {"smoke.yaml", "resnet18_seg.yaml", "vit_s16_seg.yaml"}
+    assert {p.name for p in FRAGMENTS} >= {"ddp.yaml", "fsdp.yaml"}
+    assert set(CONFIGS.rglob("*.yaml")) == set(MODEL_CONFIGS) | set(FRAGMENTS)
+
+
+@pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.stem if p else "single")
+@pytest.mark.parametrize("config", MODEL_CONFIGS, ids=lambda p: p.stem)
+def test_config_parses(config: Path, fragment: Path | None, store: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = ["--config", str(config)] + (["--config", str(fragment)] if fragment else [])
+    cli = EoscaleCLI(args=[*args, "--data.init_args.store", str(store), "--trainer.default_root_dir", str(tmp_path)],
+                     run=False)
+    assert cli.model.hparams.backbone
+    assert cli.datamodule.num_bands == 10
+    if fragment is not None and fragment.stem == "fsdp":
+        from eoscale.train.fsdp import FSDP2Strategy
+
+        assert isinstance(cli.trainer.strategy, FSDP2Strategy)
+
+
+def test_unknown_key_is_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        EoscaleCLI(args=["fit", "--config", str(CONFIGS / "smoke.yaml"), "--model.init_args.learning_rate", "1"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "learning_rate" in err, err

@@ -1,0 +1,83 @@
+"""MLflow: a real tracking server gets the run; a server that goes away does not stop training."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from eoscale.train.cli import main
+from eoscale.train.tracking import MLflowLogger, default_tracking_uri
+
+SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _args(store: Path, root: Path, *extra: str) -> list[str]:
+    return ["fit", "--config", SMOKE, "--data.init_args.store", str(store), "--data.init_args.batch_size", "4",
+            "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.default_root_dir", str(root),
+            *extra]
+
+
+def _dead_uri() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_default_uri(monkeypatch, tmp_path: Path):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking:5000")
+    assert default_tracking_uri(tmp_path) == "http://tracking:5000"
+    assert MLflowLogger(tracking_uri="http://other:5000", root_dir=str(tmp_path))._tracking_uri == "http://other:5000"
+
+
+def test_server_gone_mid_run_keeps_training(store: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with pytest.warns(RuntimeWarning, match="MLflow tracking at .* failed .* training goes on"):
+        main(_args(store, tmp_path, "--trainer.callbacks+=tests.train.helpers.CutTracking",
+                   "--trainer.callbacks.step=2", f"--trainer.callbacks.uri={_dead_uri()}"))
+    (csv,) = tmp_path.rglob("metrics.csv")
+    text = csv.read_text()
+    assert text.count(",val_miou,") == 2  # both validations, the second after the server went away
+    assert (csv.parent / "checkpoints" / "last.ckpt").is_file()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("eoscale").experiment_id])
+    assert "val_miou" not in run.data.metrics  # nothing reached MLflow after the cut
+
+
+def test_no_server_at_all(store: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", _dead_uri())
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with pytest.warns(RuntimeWarning, match="MLflow tracking"):
+        main(_args(store, tmp_path, "--trainer.max_steps", "3"))
+    (csv,) = tmp_path.rglob("offline-*/metrics.csv")
+    assert "val_miou" in csv.read_text()
+
+
+@pytest.mark.slow
+def test_real_tracking_server(store: Path, tmp_path: Path, monkeypatch, mlflow_server: str):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    main(_args(store, tmp_path, "--trainer.logger.init_args.experiment_name", "server-test"))
+    client = MlflowClient(mlflow_server)
+    (run,) = client.search_runs([client.get_experiment_by_name("server-test").experiment_id])
+    assert run.info.status == "FINISHED"
+    assert run.data.params["run/world_size"] == "1" and run.data.params["model.backbone"] == "resnet18"
+    assert {"val_miou", "train_loss_step", "throughput/samples_per_s", "memory/peak_mb"} <= set(run.data.metrics)
+    history = client.get_metric_history(run.info.run_id, "val_miou")
+    assert len(history) == 2  # validation every 3 of 6 steps
+    assert {a.path for a in client.list_artifacts(run.info.run_id, "figures")} == {
+        "figures/confusion_val.png", "figures/panels_val.png"}
+    assert not (tmp_path / "mlflow.db").exists()  # the server's store, not the embedded one
