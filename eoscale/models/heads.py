@@ -8,7 +8,6 @@ per-rank batches of DDP/FSDP and needs no SyncBatchNorm.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -25,7 +24,7 @@ class ConvNormAct(nn.Sequential):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3):
         super().__init__(
             nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2, bias=False),
-            nn.GroupNorm(math.gcd(32, out_channels), out_channels),
+            nn.GroupNorm(_groups(out_channels), out_channels),
             nn.ReLU(inplace=True),
         )
 
@@ -122,3 +121,9 @@ class ClassificationHead(nn.Module):
     def forward(self, features: Sequence[Tensor]) -> Tensor:
         pooled = features[-1].mean(dim=(-2, -1))
         return self.fc(self.dropout(pooled))
+
+
+def _groups(channels: int) -> int:
+    """GroupNorm groups: up to 32, but at least 2 channels per group, so a 1×1 map of a batch of one tile
+    (the coarsest level of a 32 px tile) still has more than one value to normalise over."""
+    return max(g for g in range(1, 33) if channels % g == 0 and channels // g >= 2) if channels >= 2 else 1

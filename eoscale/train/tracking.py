@@ -27,10 +27,12 @@ import time
 import uuid
 import warnings
 from collections.abc import Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 from lightning import Callback, LightningModule, Trainer
 from lightning.fabric.loggers.logger import _DummyExperiment
 from lightning.pytorch.loggers import MLFlowLogger
@@ -96,16 +98,21 @@ class MLflowLogger(MLFlowLogger):
         elif uri.startswith(("http:", "https:")):
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT)
-        super().__init__(
-            experiment_name=experiment_name,
-            run_name=run_name,
-            tracking_uri=uri,
-            tags=tags,
-            save_dir=None,
-            log_model=log_model,
-            artifact_location=artifacts,
-            run_id=run_id,
-        )
+        # MLflow's client creates (and migrates) a SQLite store on construction, on every rank: two ranks
+        # doing it at once collide ("Does not validate against any of the Union subtypes", then a hang at the
+        # first collective), so they take turns under a file lock next to the store
+        lock = FileLock(str(self._run_root / ".mlflow.db.lock")) if uri.startswith("sqlite:") else nullcontext()
+        with lock:
+            super().__init__(
+                experiment_name=experiment_name,
+                run_name=run_name,
+                tracking_uri=uri,
+                tags=tags,
+                save_dir=None,
+                log_model=log_model,
+                artifact_location=artifacts,
+                run_id=run_id,
+            )
         self._failed = False
         self._offline_id = f"offline-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
 
