@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("eoscale.synth.command", "generate synthetic Sentinel-2 scenes and land-cover labels (the embedded default data)"),
     "ingest": ("eoscale.ingest.command", "cut GeoTIFF/COG scenes and label rasters into a sharded Zarr v3 tile store"),
     "info": ("eoscale.data.info", "describe a tile store: tiles, shards, bands, classes per split, statistics"),
+    "pretrain": ("eoscale.train.mae", "self-supervised MAE pretraining of a ViT on a tile store's images (LightningCLI)"),
     "fit": ("eoscale.train.command", "train a segmentation model on a tile store (LightningCLI: --config, DDP/FSDP, MLflow)"),
     "validate": ("eoscale.train.command", "evaluate a checkpoint on a tile store's val split (LightningCLI)"),
     "test": ("eoscale.train.command", "evaluate a checkpoint on a tile store's test split (LightningCLI)"),

@@ -12,8 +12,9 @@ datamodule's `setup`; it is then kept in the hyperparameters so `load_from_check
 from __future__ import annotations
 
 import math
+import os
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +31,8 @@ from torchmetrics.classification import (
 from eoscale.classes import IGNORE_INDEX
 from eoscale.errors import InputError
 from eoscale.models import build_model
+from eoscale.models.foundation import FoundationWeights
+from eoscale.models.lora import ADAPTERS_DIR, Finetune, LoraSettings, apply_finetune, save_adapter
 from eoscale.train.checkpoint import CONTRACT_KEY, BandContract, load_finetune_weights
 
 Loss = Literal["ce", "ce+dice"]
@@ -69,6 +72,7 @@ class BaseTask(LightningModule):
             model = self.configure_models()
         if self.hparams.get("finetune_from"):
             load_finetune_weights(model, self.hparams.finetune_from, self.contract)
+        model = self.configure_finetune(model)
         mesh = self._device_mesh
         if mesh is not None:  # ModelParallelStrategy: shard before the optimizer exists (it is made later)
             from eoscale.train.fsdp import shard_model
@@ -82,6 +86,10 @@ class BaseTask(LightningModule):
             {split: MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX) for split in SPLITS}
         )
         self.last_confusion: dict[str, Tensor] = {}
+
+    def configure_finetune(self, model: nn.Module) -> nn.Module:
+        """Choose what trains (and add adapters) once the starting weights are in; default: everything."""
+        return model
 
     def read_datamodule(self, datamodule: Any) -> None:
         """Take what the model's shape depends on from the datamodule (subclasses extend)."""
@@ -105,6 +113,7 @@ class SegmentationTask(BaseTask):
 
     Args:
         backbone: a timm model name (`resnet18`, `vit_small_patch16_224`, ...).
+        backbone_kwargs: more options for `timm.create_model` (`patch_size`, `depth`, `out_indices`, ...).
         decoder_channels: width of the FPN decoder.
         loss: `ce` (cross-entropy, ignoring label 255) or `ce+dice` (plus a soft multiclass Dice term).
         class_weights: weight cross-entropy by the inverse class frequency of the store's training split.
@@ -112,9 +121,16 @@ class SegmentationTask(BaseTask):
         warmup_steps: optimizer steps of linear warm-up from 0, followed by cosine decay to `min_lr_ratio * lr`
             at the last step (`trainer.max_steps`, or the estimated steps of `max_epochs`).
         drop_path_rate, dropout: regularisation of the backbone and the decoder.
-        weights: a local state-dict file for the backbone (nothing downloads).
+        weights: a local state-dict file for the backbone (nothing downloads); a ViT's patch embedding is
+            mapped onto the store's bands by name (`eoscale.models.foundation`).
+        weights_bands: the band names of `weights`' input channels, or a preset (`ssl4eo-s12`, `prithvi`);
+            not needed for eoscale's own backbone exports, which carry them.
         finetune_from: an eoscale checkpoint whose model weights start this run; its band contract must
             match the store.
+        finetune: `full` trains everything, `linear` the head on a frozen backbone, `lora` adapters on the
+            frozen backbone's attention (`eoscale.models.lora`) and the head; a LoRA fit writes its adapter
+            to `<default_root_dir>/adapters/<lora.name>/` at the end.
+        lora: LoRA's options: `r`, `alpha`, `dropout`, `targets` (qkv, proj, fc1, fc2), `name`.
         init_seed: seed of the initial weights, the same on every rank.
         in_chans, num_classes, img_size: taken from the datamodule when left out.
     """
@@ -123,6 +139,7 @@ class SegmentationTask(BaseTask):
         self,
         backbone: str = "resnet18",
         *,
+        backbone_kwargs: dict[str, Any] | None = None,
         decoder_channels: int = 128,
         loss: Loss = "ce",
         dice_weight: float = 1.0,
@@ -134,7 +151,10 @@ class SegmentationTask(BaseTask):
         drop_path_rate: float = 0.0,
         dropout: float = 0.0,
         weights: str | None = None,
+        weights_bands: list[str] | str | None = None,
         finetune_from: str | None = None,
+        finetune: Finetune = "full",
+        lora: dict[str, Any] | None = None,
         init_seed: int = 0,
         in_chans: int | None = None,
         num_classes: int | None = None,
@@ -143,6 +163,10 @@ class SegmentationTask(BaseTask):
         super().__init__()
         if loss not in ("ce", "ce+dice"):
             raise InputError(f"loss={loss!r} is not one of 'ce', 'ce+dice'")
+        if finetune not in get_args(Finetune):
+            raise InputError(f"finetune={finetune!r} is not one of {', '.join(map(repr, get_args(Finetune)))}")
+        if finetune == "lora":
+            LoraSettings.from_dict(lora)  # bad LoRA options fail here, before any data is read
         self.save_hyperparameters()
         self.class_names: list[str] = []
         self._class_weights: Tensor | None = None
@@ -168,6 +192,9 @@ class SegmentationTask(BaseTask):
             self.class_names = [c["name"] for c in self.contract.classes]
         else:
             self.class_names = [str(i) for i in range(h.num_classes)]
+        transform = None
+        if h.weights and self.contract is not None:
+            transform = FoundationWeights(h.weights, bands=self.contract.bands, source=h.get("weights_bands"))
         return build_model(
             h.backbone,
             in_chans=h.in_chans,
@@ -175,9 +202,23 @@ class SegmentationTask(BaseTask):
             img_size=h.img_size,
             decoder_channels=h.decoder_channels,
             weights=h.weights,
+            weights_transform=transform,
             drop_path_rate=h.drop_path_rate,
             dropout=h.dropout,
+            **(h.get("backbone_kwargs") or {}),
         )
+
+    def configure_finetune(self, model: nn.Module) -> nn.Module:
+        return apply_finetune(model, self.hparams.get("finetune", "full"), self.hparams.get("lora"))
+
+    def on_fit_end(self) -> None:
+        if self.hparams.get("finetune") == "lora":  # every rank: gathering FSDP shards is a collective
+            name = LoraSettings.from_dict(self.hparams.get("lora")).name
+            folder = os.path.join(self.trainer.default_root_dir, ADAPTERS_DIR, name)
+            model_args = {k: self.hparams.get(k) for k in ("backbone", "backbone_kwargs", "in_chans", "num_classes",
+                                                           "img_size", "decoder_channels", "weights")}
+            save_adapter(self.model, folder, name=name, contract=self.contract, model_args=model_args,
+                         write=self.trainer.is_global_zero)
 
     def configure_losses(self) -> nn.Module:
         dice = self.hparams.dice_weight if "dice" in self.hparams.loss else 0.0

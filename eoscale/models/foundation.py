@@ -1,0 +1,275 @@
+"""Foundation-model weights from local files, mapped onto a store's bands by name.
+
+    transform = FoundationWeights("ssl4eo_vits16_mae.pth", bands=store_bands, source="ssl4eo-s12")
+    model = build_model("vit_small_patch16_224", in_chans=len(store_bands), num_classes=8, img_size=64,
+                        weights="ssl4eo_vits16_mae.pth", weights_transform=transform)
+    print(transform.report.summary())
+
+Three layouts are read (nothing downloads):
+
+- a timm-style ViT state dict, as SSL4EO-S12's ViT MAE weights come (`patch_embed.proj.weight` of shape
+  (D, 13, p, p) for B01..B12 with B8A and B10); band names from `source="ssl4eo-s12"` or a list;
+- an MAE checkpoint whose encoder sits under `encoder.` or `model.encoder.` (inside a `state_dict` or `model`
+  wrapper), as Prithvi's come, with a temporal patch embedding (D, C, T, p, p): its T frames are averaged
+  into one 2-D filter, and a position embedding over T×h×w tokens is averaged over T;
+  `source="prithvi"` names its six HLS bands (B02, B03, B04, B8A, B11, B12);
+- eoscale's own backbone export (`eoscale pretrain`): a safetensors file whose metadata carries the band
+  contract (bands, wavelengths, normalisation, patch and image size, timm model name) - no `source` needed.
+
+The patch embedding's input channels are then matched to the target bands by name: kept bands are
+reordered, extra ones dropped, and target bands the file lacks are filled with the filter of the band
+nearest in wavelength (`fill="nearest"`, the default where wavelengths are known) or the mean of the
+file's filters (`fill="mean"`). A patch size other than the model's is resampled (timm's
+`resample_patch_embed`); position embeddings are resampled to the tile size by `VitBackbone` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from eoscale.bands import SENTINEL2_L2A, normalise_band_name
+from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
+
+log = logging.getLogger(__name__)
+
+PATCH_KEY = "patch_embed.proj.weight"
+META_KEY = "eoscale"  # safetensors metadata entry of an eoscale backbone export (JSON)
+EXPORT_FORMAT = "eoscale-backbone/1"
+
+# Sentinel-2 bands the L2A set leaves out, for presets of L1C models (central wavelengths, nm, S2A).
+_EXTRA_WAVELENGTHS = {"B01": 442.7, "B09": 945.1, "B10": 1373.5}
+WAVELENGTHS: dict[str, float] = {b.name: b.wavelength_nm for b in SENTINEL2_L2A} | _EXTRA_WAVELENGTHS
+
+PRESETS: dict[str, tuple[str, ...]] = {
+    # SSL4EO-S12 (Wang et al. 2022): all 13 Sentinel-2 L1C bands, in band order
+    "ssl4eo-s12": ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12"),
+    # Prithvi (IBM/NASA): the six HLS bands blue, green, red, narrow NIR, SWIR 1, SWIR 2
+    "prithvi": ("B02", "B03", "B04", "B8A", "B11", "B12"),
+}
+Fill = Literal["nearest", "mean"]
+
+
+@dataclass
+class BandMappingReport:
+    """How the file's input channels became the model's: which band came from where."""
+
+    path: str
+    format: str
+    source: list[str]
+    target: list[str]
+    copied: list[str] = field(default_factory=list)
+    filled: dict[str, str] = field(default_factory=dict)  # target band -> how ("nearest B8A", "mean")
+    dropped: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"{self.format} weights {self.path!r}: {len(self.copied)}/{len(self.target)} bands copied by name"
+        if self.filled:
+            text += "; filled " + ", ".join(f"{b} ({how})" for b, how in self.filled.items())
+        if self.dropped:
+            text += f"; dropped {', '.join(self.dropped)}"
+        if self.notes:
+            text += "; " + "; ".join(self.notes)
+        return text
+
+
+class FoundationWeights:
+    """A `weights_transform` for `build_model` / `create_backbone` that maps a foundation file's bands.
+
+    `bands` are the target (the store's) band names in order; `source` the file's band names, a preset
+    name (`ssl4eo-s12`, `prithvi`), or None to read them from an eoscale export's metadata. After loading,
+    `report` says what was mapped.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        bands: Sequence[str],
+        source: Sequence[str] | str | None = None,
+        fill: Fill = "nearest",
+    ) -> None:
+        if fill not in ("nearest", "mean"):
+            raise InputError(f"fill={fill!r} is not one of 'nearest', 'mean'")
+        self.path = Path(path)
+        self.bands = [str(b) for b in bands]
+        self.source = source
+        self.fill = fill
+        self.metadata = read_export_metadata(self.path)
+        self.report: BandMappingReport | None = None
+
+    def __call__(self, state: dict[str, Tensor], backbone: Any) -> dict[str, Tensor]:
+        if self.source is None and self.metadata is None and PATCH_KEY not in state:
+            return state  # nothing says these are foundation weights (a CNN's, an eoscale model's): as they are
+        state, fmt, notes = encoder_state(state, path=self.path)
+        if self.metadata is not None:
+            fmt = "eoscale export"
+        source = source_bands(self.source, self.metadata, path=self.path)
+        if source is None:
+            source = _guess_source(state, self.bands, path=self.path)
+        patch = state[PATCH_KEY]
+        if patch.shape[1] != len(source):
+            raise InputError(
+                f"weights {str(self.path)!r} have {patch.shape[1]} input channels but {len(source)} band names "
+                f"were given ({', '.join(source)})"
+            )
+        weight, self.report = map_bands(patch, source, self.bands, fill=self.fill)
+        self.report.path, self.report.format, self.report.notes = str(self.path), fmt, notes
+        own = getattr(getattr(backbone, "net", None), "patch_embed", None)
+        if own is not None and tuple(weight.shape[-2:]) != tuple(own.proj.weight.shape[-2:]):
+            import timm
+
+            self.report.notes.append(f"patch size {tuple(weight.shape[-2:])} resampled to {tuple(own.proj.weight.shape[-2:])}")
+            weight = timm.layers.resample_patch_embed(weight, list(own.proj.weight.shape[-2:]))
+        state = dict(state)
+        state[PATCH_KEY] = weight
+        (log.warning if self.report.filled else log.info)("%s", self.report.summary())
+        return state
+
+
+def encoder_state(state: Mapping[str, Tensor], *, path: str | Path = "?") -> tuple[dict[str, Tensor], str, list[str]]:
+    """The ViT encoder's tensors, timm-keyed, from a plain, prefixed or temporal (Prithvi) state dict.
+
+    Returns the state, the format's name and notes on what was changed. Raises `InputError` when no
+    ViT patch embedding is found (not a format eoscale knows).
+    """
+    state = dict(state)
+    for wrapper in ("state_dict", "model", "module"):
+        if wrapper in state and isinstance(state[wrapper], Mapping):
+            state = dict(state[wrapper])
+    fmt = "timm ViT"
+    for prefix in ("model.encoder.", "encoder.", "backbone.net.", "model.backbone.", "backbone.", "module."):
+        if any(k.startswith(prefix + PATCH_KEY) for k in state):
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            fmt = f"MAE encoder ({prefix!r} prefix)" if "encoder" in prefix else fmt
+            break
+    if PATCH_KEY not in state:
+        raise InputError(
+            f"weights {str(path)!r} are not a known format: no ViT patch embedding ({PATCH_KEY}) under any of "
+            "'', 'encoder.', 'model.encoder.', 'backbone.'"
+        )
+    notes: list[str] = []
+    patch = state[PATCH_KEY]
+    if patch.ndim == 5:  # (D, C, T, p, p): a temporal patch embedding (Prithvi); one frame in, so average
+        frames = patch.shape[2]
+        state[PATCH_KEY] = patch.mean(dim=2)
+        notes.append(f"temporal patch embedding averaged over {frames} frame(s)")
+        fmt = "Prithvi-style MAE encoder" if fmt.startswith("MAE") else fmt
+        pos = state.get("pos_embed")
+        if pos is not None and frames > 1 and (pos.shape[1] - 1) % frames == 0:
+            cls, grid = pos[:, :1], pos[:, 1:]
+            grid = grid.reshape(pos.shape[0], frames, -1, pos.shape[-1]).mean(dim=1)
+            state["pos_embed"] = torch.cat([cls, grid], dim=1)
+            notes.append("position embedding averaged over time")
+    elif patch.ndim != 4:
+        raise InputError(f"weights {str(path)!r}: {PATCH_KEY} has shape {tuple(patch.shape)}, expected 4 or 5 dims")
+    return state, fmt, notes
+
+
+def map_bands(
+    weight: Tensor, source: Sequence[str], target: Sequence[str], *, fill: Fill = "nearest"
+) -> tuple[Tensor, BandMappingReport]:
+    """A patch-embedding weight (D, len(source), p, p) as (D, len(target), p, p), matched by band name."""
+    src = [normalise_band_name(b) for b in source]
+    dst = [normalise_band_name(b) for b in target]
+    common = [b for b in dst if b in src]
+    if not common:
+        raise BandMismatchError(
+            f"no band in common between the weights ({', '.join(source)}) and the store ({', '.join(target)}): "
+            "give the weights' band names (weights_bands) or use a store with some of them"
+        )
+    report = BandMappingReport(path="", format="", source=list(source), target=list(target))
+    mean = weight[:, [src.index(b) for b in common]].mean(dim=1)
+    channels = []
+    for name, band in zip(target, dst, strict=True):
+        if band in src:
+            channels.append(weight[:, src.index(band)])
+            report.copied.append(name)
+            continue
+        nearest = _nearest(band, src) if fill == "nearest" else None
+        if nearest is not None:
+            channels.append(weight[:, src.index(nearest)])
+            report.filled[name] = f"nearest {nearest}"
+        else:
+            channels.append(mean)
+            report.filled[name] = "mean"
+    report.dropped = [s for s, b in zip(source, src, strict=True) if b not in dst]
+    return torch.stack(channels, dim=1).contiguous(), report
+
+
+def source_bands(
+    source: Sequence[str] | str | None, metadata: Mapping[str, Any] | None, *, path: str | Path = "?"
+) -> list[str] | None:
+    """The file's band names: a preset's, the ones given, or those in an eoscale export's metadata."""
+    if isinstance(source, str):
+        key = source.strip().lower()
+        if key not in PRESETS:
+            raise InputError(f"weights bands preset {source!r} is not one of {', '.join(PRESETS)}; or give a list of band names")
+        return list(PRESETS[key])
+    if source is not None:
+        return [str(b) for b in source]
+    if metadata is not None:
+        return list(metadata["bands"])
+    return None
+
+
+def read_export_metadata(path: str | Path) -> dict[str, Any] | None:
+    """The band contract of an eoscale backbone export (safetensors metadata), or None for other files."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputNotFoundError(f"no weights file at {str(path)!r}")
+    if path.suffix != ".safetensors":
+        return None
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+    return json.loads(meta[META_KEY]) if META_KEY in meta else None
+
+
+def save_backbone(state: Mapping[str, Tensor], path: str | Path, *, metadata: Mapping[str, Any]) -> Path:
+    """Write a timm-keyed backbone state dict as safetensors, its band contract in the metadata.
+
+    `metadata` holds at least `bands`, `mean`, `std`, `patch_size`, `img_size` and `model` (timm name);
+    band wavelengths are added where known.
+    """
+    from safetensors.torch import save_file
+
+    missing = [k for k in ("bands", "mean", "std", "patch_size", "img_size", "model") if k not in metadata]
+    if missing:
+        raise ValueError(f"backbone export metadata lacks {missing}")
+    meta = dict(metadata, format=EXPORT_FORMAT)
+    meta.setdefault("wavelengths", [WAVELENGTHS.get(normalise_band_name(b)) for b in meta["bands"]])
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={META_KEY: json.dumps(meta), "format": "pt"})
+    return path
+
+
+def _nearest(band: str, source: list[str]) -> str | None:
+    if band not in WAVELENGTHS:
+        return None
+    known = [b for b in source if b in WAVELENGTHS]
+    return min(known, key=lambda b: abs(WAVELENGTHS[b] - WAVELENGTHS[band])) if known else None
+
+
+def _guess_source(state: Mapping[str, Tensor], target: list[str], *, path: Path) -> list[str]:
+    """Without band names, a file whose channel count equals the store's is taken in the store's order."""
+    channels = state[PATCH_KEY].shape[1]
+    if channels == len(target):
+        return list(target)
+    presets = [name for name, bands in PRESETS.items() if len(bands) == channels]
+    hint = f" (perhaps {' or '.join(map(repr, presets))})" if presets else ""
+    raise InputError(
+        f"weights {str(path)!r} have {channels} input bands and no band names: give weights_bands as a list of "
+        f"{channels} names or a preset{hint}"
+    )

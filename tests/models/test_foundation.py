@@ -1,0 +1,93 @@
+"""Foundation weights from local files in the layouts they come in, mapped onto a store's bands by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import timm
+import torch
+from safetensors.torch import load_file
+
+from eoscale.errors import BandMismatchError, InputError
+from eoscale.models import build_model
+from eoscale.models.foundation import PRESETS, FoundationWeights, read_export_metadata, save_backbone
+
+TINY = {"depth": 2, "embed_dim": 64, "num_heads": 2}
+STORE = ["B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12"]  # eoscale's L2A set
+
+
+def vit(in_chans: int, img_size: int, seed: int = 0):
+    torch.manual_seed(seed)
+    return timm.create_model("vit_tiny_patch16_224", in_chans=in_chans, img_size=img_size, num_classes=0, **TINY)
+
+
+def load(path, bands, source=None, **kw):
+    transform = FoundationWeights(path, bands=bands, source=source)
+    model = build_model("vit_tiny_patch16_224", in_chans=len(bands), num_classes=3, img_size=32,
+                        decoder_channels=16, weights=path, weights_transform=transform, **TINY, **kw)
+    return model.backbone.net, transform.report
+
+
+def test_ssl4eo_timm_layout_reorders_drops_and_resamples(tmp_path):
+    source = vit(13, 64)  # 13 L1C bands, trained at 64 px
+    path = tmp_path / "ssl4eo_vit_mae.pth"
+    torch.save(source.state_dict(), path)
+    wanted = ["B8A", "B04", "B03", "B02"]
+    net, report = load(path, wanted, "ssl4eo-s12")
+    w, src = net.patch_embed.proj.weight, source.patch_embed.proj.weight
+    order = [PRESETS["ssl4eo-s12"].index(b) for b in wanted]
+    assert torch.equal(w, src[:, order])
+    assert report.copied == wanted and not report.filled and "B10" in report.dropped
+    assert net.pos_embed.shape == (1, 1 + 4, 64)  # 4x4 -> 2x2 patches, resampled
+    assert torch.equal(net.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)
+    assert "4/4 bands copied" in report.summary()
+
+
+def test_prithvi_layout_temporal_prefixed_and_filled(tmp_path):
+    source = vit(6, 32)
+    state = {f"model.encoder.{k}": v for k, v in source.state_dict().items()}
+    frames = torch.randn(64, 6, 2, 16, 16)  # (D, C, T, p, p)
+    state["model.encoder.patch_embed.proj.weight"] = frames
+    pos = source.pos_embed.detach()
+    state["model.encoder.pos_embed"] = torch.cat([pos, pos[:, 1:] + 1.0], dim=1)  # cls + 2 frames of 2x2
+    state["model.decoder.pred.weight"] = torch.zeros(3, 3)
+    path = tmp_path / "prithvi.pt"
+    torch.save({"state_dict": state, "epoch": 7}, path)
+    net, report = load(path, STORE, "prithvi")
+    w = net.patch_embed.proj.weight
+    mean = frames.mean(dim=2)
+    assert torch.allclose(w[:, STORE.index("B8A")], mean[:, 3])
+    assert torch.allclose(w[:, STORE.index("B08")], mean[:, 3])  # nearest in wavelength to B08
+    assert set(report.filled) == {"B05", "B06", "B07", "B08"} and report.format.startswith("Prithvi")
+    assert torch.allclose(net.pos_embed[:, 1:], pos[:, 1:] + 0.5)
+    assert torch.equal(net.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)
+
+
+def test_eoscale_export_carries_its_bands(tmp_path):
+    source = vit(3, 32)
+    path = save_backbone(source.state_dict(), tmp_path / "backbone.safetensors", metadata={
+        "bands": ["B04", "B03", "B02"], "mean": [1, 2, 3], "std": [1, 1, 1], "patch_size": 16, "img_size": 32,
+        "model": "vit_tiny_patch16_224"})
+    meta = read_export_metadata(path)
+    assert meta["wavelengths"][0] == pytest.approx(664.6) and meta["model"] == "vit_tiny_patch16_224"
+    net, report = load(path, ["B02", "B03", "B04", "B08"])
+    w, src = net.patch_embed.proj.weight, source.patch_embed.proj.weight
+    assert torch.equal(w[:, :3], src[:, [2, 1, 0]]) and torch.equal(w[:, 3], src[:, 0])  # B08 <- nearest B04
+    assert report.format == "eoscale export"
+    assert len(load_file(str(path))) == len(source.state_dict())
+
+
+def test_unusable_files_are_one_line_errors(tmp_path):
+    torch.save(vit(13, 32).state_dict(), tmp_path / "ssl.pth")
+    with pytest.raises(BandMismatchError, match="no band in common") as err:
+        load(tmp_path / "ssl.pth", ["X1", "X2"], "ssl4eo-s12")
+    assert "\n" not in str(err.value)
+    with pytest.raises(InputError, match="ssl4eo-s12"):  # 13 bands without names: suggest the preset
+        load(tmp_path / "ssl.pth", STORE)
+    torch.save({"conv1.weight": torch.zeros(8, 3, 7, 7)}, tmp_path / "cnn.pth")
+    with pytest.raises(InputError, match="not a known format"):
+        load(tmp_path / "cnn.pth", STORE, "prithvi")
+    with pytest.raises(InputError, match="preset"):
+        FoundationWeights(tmp_path / "ssl.pth", bands=STORE, source="landsat")(torch.load(tmp_path / "ssl.pth"), None)
+    assert json.dumps(PRESETS)  # presets are plain data
