@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "consolidate": ("eoscale.train.checkpoint", "turn a sharded (FSDP) checkpoint folder into one checkpoint file"),
     "slurm": ("eoscale.slurm.command", "render or submit Slurm job scripts from a cluster profile and a template"),
     "pipeline": ("eoscale.slurm.pipeline_command", "run the steps of a pipeline file (synth → ingest → fit → …) in order"),
+    "compare": ("eoscale.track.command", "compare MLflow training runs: throughput, scaling efficiency, time to a target mIoU"),
     "bench": ("eoscale.bench.command", "measure eoscale against baselines run on the same data, and record the figures"),
 }
 

@@ -295,7 +295,7 @@ class TrainingMonitor(Callback):
         for logger in mlflow_loggers(trainer):
             logger.log_hyperparams(facts)
             if hasattr(logger, "set_tags"):
-                logger.set_tags({"eoscale.command": trainer.state.fn, "eoscale.strategy": facts["run/strategy"]})
+                logger.set_tags({"eoscale.command": getattr(trainer.state.fn, "value", str(trainer.state.fn)), "eoscale.strategy": facts["run/strategy"]})
 
     # -- throughput and memory ------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
