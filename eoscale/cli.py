@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fit": ("eoscale.train.command", "train a segmentation model on a tile store (LightningCLI: --config, DDP/FSDP, MLflow)"),
     "validate": ("eoscale.train.command", "evaluate a checkpoint on a tile store's val split (LightningCLI)"),
     "test": ("eoscale.train.command", "evaluate a checkpoint on a tile store's test split (LightningCLI)"),
+    "predict": ("eoscale.infer.command", "map scenes to land-cover COGs with a checkpoint (sliding windows, blended, out-of-core)"),
     "consolidate": ("eoscale.train.checkpoint", "turn a sharded (FSDP) checkpoint folder into one checkpoint file"),
     "slurm": ("eoscale.slurm.command", "render or submit Slurm job scripts from a cluster profile and a template"),
     "pipeline": ("eoscale.slurm.pipeline_command", "run the steps of a pipeline file (synth → ingest → fit → …) in order"),

@@ -5,6 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+# GDAL's command-line tools (gdalinfo) check the COG maps in the tests; Debian's gdal-bin
+if ! command -v gdalinfo >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing gdal-bin (gdalinfo)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gdal-bin >/dev/null
+fi
 stamp=.venv/.eoscale-requirements
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ -x .venv/bin/python && -f $stamp && "$(cat $stamp)" == "$want" ]]; then

@@ -1,0 +1,164 @@
+"""`eoscale bench predict`: windows/s and km²/s of `eoscale predict` against the model's own forward throughput.
+
+On one synthetic scene, in one run:
+
+- baseline: the model alone, on every window of the scene already read, normalised and held in memory,
+  in batches of the same size on the same device (the most any prediction loop could reach);
+- the whole command (`eoscale.infer.run.predict`: model loading, reading, blending, part files, COG with
+  overviews, quick-look and area table; MLflow and the console summary left out) as a ratio against the
+  baseline (goal ≥ 0.9: reading runs in a thread one strip ahead, so it overlaps the forward passes);
+- the window loop alone (read, forward, blend, finalise blocks; no files written);
+- the cost of each overlap (0, 0.25, 0.5): windows, time and km²/s, against overlap 0.
+
+The model is the checkpoint's architecture with random weights (speed does not depend on training).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+OVERLAPS = (0.0, 0.25, 0.5)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", type=int, default=2048,
+                        help="scene size in 10 m pixels, square (default: %(default)s, 419 km²)")
+    parser.add_argument("--backbone", default="resnet18", help="timm backbone of the model (default: %(default)s)")
+    parser.add_argument("--tile", type=int, default=128, help="the model's tile size = the window (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: %(default)s)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="(default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="runs of the baseline, the loop and the command, in turns; the best counts (default: 2)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eoscale.bench.record import record
+    from eoscale.synth import synthesize
+
+    with tempfile.TemporaryDirectory(prefix="eoscale-bench-predict-") as tmp:
+        tmp = Path(tmp)
+        print(f"synthesising a {args.size}×{args.size} scene in {tmp}")
+        scene = Path(synthesize(tmp / "synthetic", scenes=1, size=args.size).scene_paths[0])
+        checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
+        figures = bench_predict(scene, checkpoint, tmp / "maps", batch_size=args.batch_size, device=args.device,
+                                repeats=args.repeats)
+    figures["model"] = {"backbone": args.backbone, "tile": args.tile}
+    base, whole, loop = figures["baseline"], figures["command"], figures["window_loop"]
+    print(f"predict on a {args.size}×{args.size} scene ({figures['data']['km2']:.1f} km²), {args.backbone} at "
+          f"{args.tile} px, batch {args.batch_size}, {figures['device']}, overlap 0.25 ({whole['windows']} windows):")
+    print(f"  model forward on windows in memory: {base['windows_per_s']:.1f} windows/s")
+    print(f"  window loop (read, forward, blend):  {loop['windows_per_s']:.1f} windows/s "
+          f"= {figures['ratio_window_loop']:.2f}× the model")
+    print(f"  whole command (+ COG, quick-look):   {whole['windows_per_s']:.1f} windows/s, {whole['km2_per_s']:.3f} km²/s "
+          f"= {figures['ratio_whole_command']:.2f}× the model (goal ≥ 0.9)")
+    print(f"  fixed costs of the command (model, COG, quick-look): {whole['seconds'] - loop['seconds']:.2f} s")
+    for o, f in figures["overlap"].items():
+        print(f"  overlap {o}: {f['windows']} windows, {f['seconds']:.1f} s, {f['km2_per_s']:.3f} km²/s, "
+              f"{f['cost_vs_no_overlap']:.2f}× the time of overlap 0")
+    if args.record:
+        print(f"recorded in {record('predict', figures, directory=args.record)}")
+    return 0
+
+
+def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: int, device: str, repeats: int) -> dict:
+    import torch
+
+    from eoscale.infer.model import load_model
+    from eoscale.infer.predict import batched, predict_blocks, read_strip
+    from eoscale.infer.run import PredictConfig, pick_device, predict
+    from eoscale.infer.windows import WindowGrid
+    from eoscale.ingest.reader import SceneReader
+    from eoscale.ingest.sources import open_scene
+
+    model = load_model(checkpoint, device=pick_device(device, 0))
+    contract = model.contract
+    source = model.scene_bands(open_scene(str(scene)))
+    grid = WindowGrid.make(source.height, source.width, window=contract.tile_size, overlap=0.25)
+    km2 = source.height * source.width * abs(source.transform.a * source.transform.e) / 1e6
+
+    # the baseline: every window in memory first
+    mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
+    scale = 1.0 / np.asarray(contract.std, dtype=np.float32)[:, None, None]
+    with SceneReader(source) as reader:
+        windows = [s.windows[k].clone() for j in range(grid.rows.count)
+                   for s in [read_strip(reader, grid, j, mean=mean, scale=scale, nodata=source.nodata)]
+                   for k in range(grid.cols.count)]
+    on = model.device
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on.type == "cuda" else torch.autocast("cpu", enabled=False)
+
+    def forward_all() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode(), autocast:
+            for batch in batched(windows, batch_size):
+                model.network(torch.stack(batch).to(on)).float().softmax(dim=1)
+        if on.type == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - started
+
+    def loop_only() -> float:
+        started = time.perf_counter()
+        with SceneReader(source) as reader:
+            for block in predict_blocks(model.network, reader, grid, contract=contract, nodata=source.nodata,
+                                        batch_size=batch_size):
+                torch.max(block.probs, dim=0)
+        return time.perf_counter() - started
+
+    def command(o: float, run: int) -> float:
+        config = PredictConfig(checkpoint=str(checkpoint), inputs=[str(scene)], output=str(output / f"{o}-{run}"),
+                               overlap=o, batch_size=batch_size, device=device, progress=False)
+        started = time.perf_counter()
+        predict(config)
+        return time.perf_counter() - started
+
+    forward_all()  # warm-up: kernels, allocator, first reads
+    # the sides take turns, best of `repeats` each, so that a change in the machine's load hits them alike
+    runs = [[forward_all(), loop_only(), *(command(o, r) for o in OVERLAPS)] for r in range(max(repeats, 1))]
+    baseline, loop, *commands = (min(column) for column in zip(*runs, strict=True))
+    overlap = {}
+    for o, seconds in zip(OVERLAPS, commands, strict=True):
+        count = WindowGrid.make(source.height, source.width, window=contract.tile_size, overlap=o).count
+        overlap[str(o)] = {"windows": count, "seconds": seconds, "windows_per_s": count / seconds,
+                           "km2_per_s": km2 / seconds, "cost_vs_no_overlap": seconds / commands[0]}
+    whole = overlap["0.25"]
+    return {
+        "data": {"height": source.height, "width": source.width, "km2": km2, "bands": len(contract.bands)},
+        "device": str(on),
+        "batch_size": batch_size,
+        "baseline": {"windows": grid.count, "seconds": baseline, "windows_per_s": grid.count / baseline},
+        "window_loop": {"windows": grid.count, "seconds": loop, "windows_per_s": grid.count / loop},
+        "command": whole,
+        "ratio_window_loop": baseline / loop,
+        "ratio_whole_command": baseline / whole["seconds"],
+        "overlap": overlap,
+    }
+
+
+def write_random_checkpoint(path: Path, scene: Path, *, backbone: str, tile: int) -> Path:
+    """A checkpoint as `eoscale fit` writes it (see `eoscale.train.checkpoint`), with untrained weights and
+    the scene's own band statistics."""
+    import rasterio
+    import torch
+
+    from eoscale.synth import class_table
+    from eoscale.train.checkpoint import CONTRACT_KEY, BandContract
+    from eoscale.train.task import SegmentationTask
+
+    with rasterio.open(scene) as src:
+        pixels = src.read(out_shape=(src.count, min(src.height, 256), min(src.width, 256))).astype(np.float64)
+        bands = tuple(src.descriptions)
+    valid = (pixels != 0).all(axis=0)
+    table = class_table()
+    task = SegmentationTask(backbone=backbone, decoder_channels=64, in_chans=len(bands), num_classes=len(table),
+                            img_size=tile)
+    network = task.configure_models()
+    mean = [float(v) for v in pixels[:, valid].mean(axis=1)]
+    std = [float(v) + 1e-6 for v in pixels[:, valid].std(axis=1)]
+    contract = BandContract(bands, tuple(mean), tuple(std), tile, tuple(table.to_records()))
+    torch.save({"state_dict": {f"model.{k}": v for k, v in network.state_dict().items()},
+                "hyper_parameters": dict(task.hparams), CONTRACT_KEY: contract.to_dict()}, path)
+    return path

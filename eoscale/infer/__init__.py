@@ -1,0 +1,11 @@
+"""Inference: a checkpoint's land-cover maps of whole scenes, blended over sliding windows, out of core.
+
+The modules, in the order a scene goes through them: `model` (checkpoint → network and band contract),
+`windows` (the window grid), `predict` (the window loop), `blend` (weights and the row accumulator),
+`outputs` and `areas` (COGs, quick-look, area table), `run` (the recipe over scenes and processes),
+`distributed` (ranks, spawning, waiting), `summary` and `tracking` (console and MLflow), `evaluate`
+(accuracy on a tile store's split), `command` (`eoscale predict`).
+
+    from eoscale.infer.run import PredictConfig, predict
+    result = predict(PredictConfig(checkpoint="best.ckpt", inputs=["scene.tif"], output="maps"))
+"""

@@ -1,0 +1,327 @@
+"""The `eoscale predict` recipe, in call order: check everything, deal the work, predict parts, finalise scenes.
+
+    results = predict(PredictConfig(checkpoint="best.ckpt", inputs=["scene.tif"], output="maps"))
+
+`predict` runs in every process of a run (see `eoscale.infer.distributed` for how they start). With at
+least as many scenes as processes, each process takes whole scenes (scene `i` goes to process
+`i % processes`); otherwise every scene's blocks are split across all processes and process 0 finalises
+it. A process writes the blocks it is given into part files; the scene's finalising process copies the
+parts into the COGs and writes the quick-look and the area table. The parts of a scene are the same rows
+whatever the number of processes, so the map is byte-identical for any number of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eoscale.errors import InputError
+from eoscale.infer.areas import AreaCounter, area_table, pixel_area_m2, row_areas_m2, write_area_table
+from eoscale.infer.blend import RAMPS
+from eoscale.infer.distributed import (
+    new_run_id,
+    ranks_from_environment,
+    report_failure,
+    spawn,
+    wait_for,
+)
+from eoscale.infer.model import PredictionModel, load_model
+from eoscale.infer.outputs import (
+    CONFIDENCE_NODATA,
+    Georef,
+    MapEncoding,
+    PartWriter,
+    SceneOutputs,
+    map_tags,
+    part_path,
+    partial,
+    publish,
+    read_part,
+    write_cog,
+    write_quicklook,
+)
+from eoscale.infer.predict import predict_blocks
+from eoscale.infer.windows import WindowGrid, check_window
+from eoscale.ingest.reader import SceneReader
+from eoscale.ingest.sources import Scene, expand_paths, open_scene
+
+WORK_DIR = ".eoscale-predict"
+
+
+@dataclass(frozen=True)
+class PredictConfig:
+    """Everything one prediction run needs (the command line's options, as data)."""
+
+    checkpoint: str
+    inputs: list[str]
+    output: str
+    adapter: str | None = None
+    window: int | None = None  # default: the checkpoint's tile size
+    overlap: float = 0.25
+    batch_size: int = 16
+    devices: int = 1
+    device: str = "auto"  # auto | cpu | cuda
+    confidence: bool = False
+    overwrite: bool = False
+    band_names: list[str] | None = None
+    ramp: str = "cosine"
+    progress: bool = True
+
+
+@dataclass
+class SceneResult:
+    """What predicting one scene gave, for the summary and MLflow."""
+
+    id: str
+    height: int
+    width: int
+    windows: int
+    seconds: float
+    km2: float
+    processes: int
+    areas: dict = field(repr=False)
+    outputs: dict[str, str] = field(repr=False)
+
+
+@dataclass
+class RunResult:
+    """A whole run: its scenes, the model's backbone, how many processes ran it and for how long."""
+
+    scenes: list[SceneResult]
+    backbone: str
+    processes: int
+    seconds: float
+
+
+@dataclass
+class Plan:
+    model: PredictionModel
+    scenes: list[Scene]
+    window: int
+    overlap: float
+
+    def grid(self, scene: Scene) -> WindowGrid:
+        return WindowGrid.make(scene.height, scene.width, window=self.window, overlap=self.overlap)
+
+
+def predict(config: PredictConfig) -> RunResult | None:
+    """Predict every scene of `config`; the results on the process that coordinates the run, None on others."""
+    started = time.perf_counter()
+    check_config(config)
+    ranks = ranks_from_environment()
+    output = Path(config.output)
+    if ranks is not None:
+        plan = run_rank(ranks.rank, ranks.world, ranks.run_id, config, local_rank=ranks.local_rank)
+        if ranks.rank != 0:
+            return None
+        run_id, processes = ranks.run_id, ranks.world
+    else:
+        run_id, processes = new_run_id(), config.devices
+        if processes > 1:
+            plan = prepare(config, device="cpu")  # every user error in one line, before any process starts
+            spawn(_spawned, config, processes=processes, run_id=run_id, work=output / WORK_DIR / run_id)
+        else:
+            plan = run_rank(0, 1, run_id, config)
+    scenes = collect(config, run_id, [s.id for s in plan.scenes])
+    return RunResult(scenes, plan.model.backbone, processes, time.perf_counter() - started)
+
+
+def check_config(config: PredictConfig) -> None:
+    if config.window is not None:
+        check_window(config.window, config.overlap)
+    elif not 0.0 <= config.overlap < 1.0:
+        raise InputError(f"--overlap {config.overlap}: give a fraction of the window in [0, 1), e.g. 0.25")
+    if config.batch_size < 1:
+        raise InputError(f"--batch-size {config.batch_size}: give at least 1")
+    if config.devices < 1:
+        raise InputError(f"--devices {config.devices}: give at least 1")
+    if config.ramp not in RAMPS:
+        raise InputError(f"ramp={config.ramp!r} is not one of {', '.join(RAMPS)}")
+    if config.device not in ("auto", "cpu", "cuda"):
+        raise InputError(f"--device {config.device!r} is not one of auto, cpu, cuda")
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda: no CUDA device is visible to this process")
+
+
+def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool = True) -> Plan:
+    """Load the model, open and check every scene (and, if `outputs`, every scene's outputs); raises the
+    first user error found."""
+    model = load_model(config.checkpoint, adapter=config.adapter, device=device)
+    scenes = [model.scene_bands(open_scene(p, band_names=config.band_names))
+              for p in expand_paths(config.inputs, what="scene")]
+    ids = [s.id for s in scenes]
+    if len(set(ids)) != len(ids):
+        raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")
+    if outputs:
+        check_outputs(config, ids)
+    window = config.window or model.contract.tile_size
+    check_window(window, config.overlap)
+    return Plan(model, scenes, window, config.overlap)
+
+
+def check_outputs(config: PredictConfig, scene_ids: list[str]) -> None:
+    for scene_id in scene_ids:
+        SceneOutputs.for_scene(Path(config.output), scene_id, confidence=config.confidence).check(
+            overwrite=config.overwrite)
+
+
+def _spawned(rank: int, world: int, run_id: str, config: PredictConfig) -> None:
+    # the spawned processes share this machine's cores: split them instead of each taking all
+    torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
+    run_rank(rank, world, run_id, config, local_rank=rank)
+
+
+def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local_rank: int = 0) -> Plan:
+    """This process's share of the run: its parts of scenes, and the scenes it finalises."""
+    work = Path(config.output) / WORK_DIR / run_id
+    try:
+        plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False)
+        tasks = deal(plan.scenes, rank, world)
+        # only the process that finalises a scene checks its outputs: another may finish its own scene (and
+        # write its outputs) before this one gets here
+        check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank])
+        Path(config.output).mkdir(parents=True, exist_ok=True)
+        windows = [_part_windows(plan.grid(s), part, parts) for s, part, parts, _ in tasks]
+        km2 = sum(w / plan.grid(s).count * _scene_km2(s) for w, (s, *_) in zip(windows, tasks, strict=True))
+        with _progress(config.progress and rank == 0, sum(windows), km2) as advance:
+            for scene, part, parts, owner in tasks:
+                predict_part(plan, config, scene, work / scene.id, part, parts, advance)
+                if rank == owner:
+                    finalise(plan, config, scene, work, parts)
+    except BaseException as err:
+        if world > 1:
+            report_failure(work, rank, err)  # so that no other process waits for this one in vain
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+        raise
+    return plan
+
+
+def deal(scenes: list[Scene], rank: int, world: int) -> list[tuple[Scene, int, int, int]]:
+    """(scene, part, parts, finalising rank) for each piece of work of process `rank`."""
+    if len(scenes) >= world:
+        return [(s, 0, 1, rank) for i, s in enumerate(scenes) if i % world == rank]
+    return [(s, rank, world, 0) for s in scenes]
+
+
+def pick_device(choice: str, local_rank: int) -> torch.device:
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    return torch.device("cuda", local_rank % torch.cuda.device_count())
+
+
+def _part_windows(grid: WindowGrid, part: int, parts: int) -> int:
+    blocks = grid.split_blocks(parts)[part]
+    return 0 if len(blocks) == 0 else (blocks.stop - grid.first_window_row(blocks.start)) * grid.cols.count
+
+
+def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, part: int, parts: int,
+                 advance) -> None:
+    """Predict blocks `part` of `parts` of `scene` into its part files."""
+    grid = plan.grid(scene)
+    blocks = grid.split_blocks(parts)[part]
+    classes = plan.model.classes
+    counter = AreaCounter(len(classes), scene.crs, scene.transform)
+    writer = PartWriter(folder, part, parts, MapEncoding.from_table(classes), counter, confidence=config.confidence)
+    started = time.time()
+    try:
+        with SceneReader(scene) as reader:
+            for block in predict_blocks(plan.model.network, reader, grid, contract=plan.model.contract,
+                                        nodata=scene.nodata, blocks=blocks, batch_size=config.batch_size,
+                                        ramp=config.ramp, on_batch=advance):
+                writer.write(block)
+    except BaseException:
+        writer.abort()
+        raise
+    writer.close(started=started, finished=time.time(), windows=_part_windows(grid, part, parts))
+
+
+def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts: int) -> None:
+    """Once every part of `scene` is written: its outputs, then a note of the result for the summary."""
+    folder = work / scene.id
+    wait_for(lambda: all(read_part(folder, p, parts) is not None for p in range(parts)), work,
+             what=f"the parts of scene {scene.id!r}")
+    described = [read_part(folder, p, parts) for p in range(parts)]
+    counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
+    for d in described:
+        counter.merge(d["areas"])
+    outputs = SceneOutputs.for_scene(Path(config.output), scene.id, confidence=config.confidence)
+    try:
+        areas = write_outputs(plan, config, scene, outputs, [part_path(folder, p, parts) for p in range(parts)], counter)
+    except BaseException:
+        for path in outputs.files():
+            partial(path).unlink(missing_ok=True)
+        raise
+    shutil.rmtree(folder, ignore_errors=True)
+    result = SceneResult(
+        id=scene.id, height=scene.height, width=scene.width, windows=plan.grid(scene).count,
+        seconds=time.time() - min(d["started"] for d in described), km2=_scene_km2(scene), processes=parts,
+        areas=areas, outputs={k: str(v) for k, v in asdict(outputs).items() if v is not None},
+    )
+    (work / f"{scene.id}.result.json").write_text(json.dumps(asdict(result)))
+
+
+def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: SceneOutputs, parts: list[Path],
+                  counter: AreaCounter) -> dict:
+    """The COG(s), area table and quick-look of a scene from its part files; returns the area table."""
+    table = plan.model.classes
+    encoding = MapEncoding.from_table(table)
+    georef = Georef(scene.crs, scene.transform, scene.width, scene.height)
+    checkpoint = str(Path(config.checkpoint).resolve())
+    tags, band_tags = map_tags(table, encoding, {
+        "EOSCALE_CHECKPOINT": checkpoint,
+        "EOSCALE_ADAPTER": config.adapter or "",
+        "EOSCALE_WINDOW": str(plan.window),
+        "EOSCALE_OVERLAP": str(config.overlap),
+        "EOSCALE_BANDS": ",".join(plan.model.contract.bands),
+    })
+    write_cog([p.with_suffix(".classes") for p in parts], partial(outputs.landcover), georef, dtype=encoding.dtype,
+              nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
+              band_tags=band_tags, description="land-cover class code")
+    if outputs.confidence is not None:
+        write_cog([p.with_suffix(".confidence") for p in parts], partial(outputs.confidence), georef,
+                  dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",
+                  tags={"EOSCALE_CHECKPOINT": checkpoint}, description="probability of the mapped class, percent")
+    areas = area_table(counter, table, scene=scene.id)
+    write_area_table(areas, partial(outputs.areas_csv), partial(outputs.areas_json))
+    write_quicklook(partial(outputs.landcover), partial(outputs.quicklook), table, encoding, areas,
+                    title=f"{scene.id} — {Path(config.checkpoint).name}")
+    publish(outputs.files())  # the class map last: its presence marks the scene as done
+    return areas
+
+
+def _scene_km2(scene: Scene) -> float:
+    """The ground a scene covers (in a geographic CRS, measured on its ellipsoid)."""
+    pixel = pixel_area_m2(scene.crs, scene.transform)
+    if pixel is None:
+        pixel = float(row_areas_m2(scene.crs, scene.transform, np.array([scene.height // 2]))[0])
+    return scene.height * scene.width * pixel / 1e6
+
+
+def collect(config: PredictConfig, run_id: str, ids: list[str]) -> list[SceneResult]:
+    """The results of scenes `ids`, once each is finalised (by whichever process); then tidy up."""
+    work = Path(config.output) / WORK_DIR / run_id
+    wait_for(lambda: all((work / f"{i}.result.json").exists() for i in ids), work, what="every scene's result")
+    results = [SceneResult(**json.loads((work / f"{i}.result.json").read_text())) for i in ids]
+    shutil.rmtree(work, ignore_errors=True)
+    try:
+        (Path(config.output) / WORK_DIR).rmdir()
+    except OSError:
+        pass  # another run's work folder is still there
+    return results
+
+
+def _progress(enabled: bool, windows: int, km2: float):
+    if not enabled or windows == 0:
+        return nullcontext(None)
+    from eoscale.infer.summary import window_progress
+
+    return window_progress(windows, km2)

@@ -1,0 +1,75 @@
+"""Prediction runs in MLflow: experiment `eoscale-predict`, through the training code's `MLflowLogger`.
+
+The tracking URI is `--tracking-uri`, else `MLFLOW_TRACKING_URI`, else `sqlite:///<output>/mlflow.db`
+(`eoscale.train.tracking.default_tracking_uri`); a tracking store that fails costs a warning, not the maps.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+EXPERIMENT = "eoscale-predict"
+MAX_PARAM = 500  # MLflow caps a parameter's value; a long list of inputs is cut
+
+
+def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = None):
+    """An MLflow run in experiment `eoscale-predict`, or None (and a warning) if the tracking store refuses."""
+    from eoscale.train.tracking import MLflowLogger
+
+    try:
+        return MLflowLogger(experiment_name=EXPERIMENT, run_name=run_name, tracking_uri=tracking_uri,
+                            root_dir=str(output))
+    except Exception as err:  # an unusable URI: the maps are written already, keep them and say so
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        warnings.warn(f"MLflow tracking at {tracking_uri!r} failed ({type(err).__name__}: {first}); "
+                      "the run is not logged", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def log_prediction(config, result, *, tracking_uri: str | None = None) -> str | None:
+    """Log a finished prediction run (`eoscale.infer.run.RunResult`); returns the MLflow run id, None if
+    tracking failed."""
+    results, seconds = result.scenes, result.seconds
+    logger = open_run(Path(config.output), tracking_uri)
+    if logger is None:
+        return None
+    inputs = ",".join(config.inputs)
+    logger.log_hyperparams({
+        "inputs": inputs if len(inputs) <= MAX_PARAM else inputs[: MAX_PARAM - 3] + "...",
+        "scenes": len(results),
+        "checkpoint": str(Path(config.checkpoint).resolve()),
+        "adapter": config.adapter or "",
+        "backbone": result.backbone,
+        "window": config.window or "checkpoint tile size",
+        "overlap": config.overlap,
+        "batch_size": config.batch_size,
+        "devices": result.processes,
+        "device": config.device,
+    })
+    windows = sum(r.windows for r in results)
+    km2 = sum(r.km2 for r in results)
+    metrics = {"windows_per_s": windows / max(seconds, 1e-9), "km2_per_s": km2 / max(seconds, 1e-9),
+               "seconds": seconds, "km2": km2}
+    for r in results:
+        for c in r.areas["classes"]:
+            key = f"area_ha/{c['name']}"
+            metrics[key] = metrics.get(key, 0.0) + c["hectares"]
+    logger.log_metrics(metrics, step=0)
+    for r in results:
+        logger.log_artifact(r.outputs["quicklook"], "quicklook")
+        logger.log_artifact(r.outputs["areas_csv"], "areas")
+        logger.log_artifact(r.outputs["areas_json"], "areas")
+    logger.finalize("success")
+    return None if logger._failed else logger.run_id
+
+
+def log_evaluation(output: Path, tracking_uri: str | None, params: dict, metrics: dict[str, float]) -> str | None:
+    """Log an evaluation over a tile store's split (metrics named like `eoscale test`'s)."""
+    logger = open_run(output, tracking_uri, run_name=f"evaluate-{params.get('split', '')}")
+    if logger is None:
+        return None
+    logger.log_hyperparams(params)
+    logger.log_metrics(metrics, step=0)
+    logger.finalize("success")
+    return None if logger._failed else logger.run_id

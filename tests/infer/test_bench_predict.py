@@ -1,0 +1,28 @@
+"""`eoscale bench predict` runs on a small scene and records its figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from eoscale.bench import predict as bench
+
+
+@pytest.mark.slow
+def test_bench_predict_records_its_figures(tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    bench.configure(parser)
+    parser.add_argument("--record")  # added by the bench dispatcher
+    args = parser.parse_args(["--size", "128", "--backbone", "test_resnet", "--tile", "32", "--batch-size", "8",
+                              "--repeats", "1", "--record", str(tmp_path)])
+    assert bench.run(args) == 0
+    assert "whole command" in capsys.readouterr().out
+    (run,) = json.loads((tmp_path / "predict.json").read_text())
+    assert run["benchmark"] == "predict" and run["model"] == {"backbone": "test_resnet", "tile": 32}
+    assert run["ratio_whole_command"] > 0 and run["ratio_window_loop"] > 0
+    assert set(run["overlap"]) == {"0.0", "0.25", "0.5"}
+    windows = [run["overlap"][o]["windows"] for o in ("0.0", "0.25", "0.5")]
+    assert windows == sorted(windows) and windows[0] == 16  # 128 px in 32-px windows without overlap: 4 × 4
+    assert run["command"]["windows"] == run["baseline"]["windows"] == windows[1]

@@ -1,0 +1,123 @@
+"""The window grid and the blending: every pixel covered, weights never zero, no seams, parts that agree."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eoscale.infer.blend import axis_weight_sums, ramp
+from eoscale.infer.predict import predict_blocks
+from eoscale.infer.windows import AxisGrid, WindowGrid, reflect
+from eoscale.ingest.reader import SceneReader
+from eoscale.ingest.sources import open_scene
+from eoscale.train.checkpoint import BandContract
+from tests.infer.conftest import MEAN, STD, TABLE
+
+
+@pytest.mark.parametrize("kind", ["cosine", "linear"])
+@pytest.mark.parametrize("window,overlap", [(32, 8), (32, 0), (50, 25), (7, 3)])
+def test_ramp_is_never_zero_and_cosine_sums_to_one(kind, window, overlap):
+    weights = ramp(window, overlap, kind)
+    assert weights.shape == (window,) and weights.min() > 0 and weights.max() <= 1
+    assert weights.max() == 1 or 2 * overlap >= window
+    np.testing.assert_array_equal(weights, weights[::-1])
+    if kind == "cosine" and overlap:
+        # a window's ramp down plus its neighbour's ramp up over the overlap: a partition of unity
+        np.testing.assert_allclose(weights[window - overlap :] + weights[:overlap], 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("length", [1, 2, 31, 32, 33, 301, 347])
+@pytest.mark.parametrize("window,overlap", [(32, 0.0), (32, 0.25), (50, 0.5), (16, 0.8)])
+def test_grid_covers_every_pixel_with_context(length, window, overlap):
+    axis = AxisGrid.make(length, window, overlap)
+    assert axis.stride == window - round(overlap * window) and axis.margin == (window - axis.stride) // 2
+    assert axis.start(0) == -axis.margin
+    assert axis.start(axis.count - 1) + window >= length + axis.margin  # the last pixel has the margin after it
+    assert axis.count == 1 or axis.start(axis.count - 2) + window < length + axis.margin  # and no window is spare
+    sums = axis_weight_sums(axis, ramp(window, window - axis.stride))
+    assert sums[axis.margin : axis.margin + length].min() > 0
+
+
+def test_reflect_mirrors_without_repeating_the_edge():
+    np.testing.assert_array_equal(reflect(np.arange(-3, 8), 5), [3, 2, 1, 0, 1, 2, 3, 4, 3, 2, 1])
+    np.testing.assert_array_equal(reflect(np.arange(-2, 3), 1), [0, 0, 0, 0, 0])
+    np.testing.assert_array_equal(reflect(np.arange(-5, 9), 2), [1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0])
+
+
+@pytest.mark.parametrize("height,window,overlap", [(301, 32, 0.25), (100, 32, 0.5), (33, 16, 0.8), (5, 32, 0.25)])
+def test_blocks_partition_the_rows_and_halo_rows_are_enough(height, window, overlap):
+    grid = WindowGrid.make(height, 40, window=window, overlap=overlap)
+    rows = np.concatenate([np.arange(*grid.block_rows(i)) for i in range(grid.rows.count)])
+    np.testing.assert_array_equal(rows, np.arange(height))
+    for i in range(grid.rows.count):
+        start, stop = grid.block_rows(i)
+        touching = [j for j in range(grid.rows.count)
+                    if grid.rows.start(j) < grid.rows.start(i) + grid.rows.stride
+                    and grid.rows.start(j) + window > grid.rows.start(i)]
+        assert min(touching) >= grid.first_window_row(i), (i, touching)
+        assert max(touching) <= i
+    for parts in (1, 2, 3, 7):
+        ranges = grid.split_blocks(parts)
+        assert [b for r in ranges for b in r] == list(range(grid.rows.count))
+
+
+class PerPixel(torch.nn.Module):
+    """A 1×1 convolution: translation-equivariant by construction, so blending must not change it."""
+
+    def __init__(self, bands: int, classes: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(bands, classes, kernel_size=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * 3.0
+
+
+def _contract(scene) -> BandContract:
+    return BandContract(tuple(scene.band_names), MEAN, STD, 32, tuple(TABLE.to_records()))
+
+
+def _whole_scene(network, scene, contract) -> tuple[torch.Tensor, np.ndarray]:
+    with SceneReader(scene) as reader:
+        raw = reader.read(0, 0, scene.height, scene.width)
+    invalid = (raw == scene.nodata).any(axis=0)
+    x = (raw.astype(np.float32) - np.float32(MEAN)[:, None, None]) / np.float32(STD)[:, None, None]
+    x[:, invalid] = 0
+    with torch.no_grad():
+        return network(torch.from_numpy(x)[None]).softmax(dim=1)[0], ~invalid
+
+
+@pytest.mark.parametrize("window,overlap,batch_size", [(32, 0.25, 16), (50, 0.5, 3), (32, 0.0, 1), (64, 0.75, 7)])
+def test_no_seams_with_a_per_pixel_model(scene, window, overlap, batch_size):
+    """Blended tiled prediction of a translation-equivariant model equals one forward pass over the scene."""
+    source = open_scene(str(scene))
+    contract = _contract(source)
+    network = PerPixel(len(source.bands), len(TABLE)).eval()
+    grid = WindowGrid.make(source.height, source.width, window=window, overlap=overlap)
+    with SceneReader(source) as reader:
+        blocks = list(predict_blocks(network, reader, grid, contract=contract, nodata=source.nodata,
+                                     batch_size=batch_size))
+    assert [b.row for b in blocks] == sorted(b.row for b in blocks)
+    probs = torch.cat([b.probs for b in blocks], dim=1)
+    valid = np.concatenate([b.valid for b in blocks])
+    expected, expected_valid = _whole_scene(network, source, contract)
+    assert probs.shape == expected.shape == (len(TABLE), source.height, source.width)
+    assert torch.allclose(probs, expected, atol=1e-5, rtol=0)
+    assert torch.equal(probs.argmax(dim=0), expected.argmax(dim=0))
+    np.testing.assert_array_equal(valid, expected_valid)
+    assert not valid[40:90, 0:70].any() and valid.sum() == source.height * source.width - 50 * 70
+
+
+def test_parts_with_halo_rows_equal_the_whole(scene):
+    """Blocks predicted by three 'processes' (each starting a few window rows early) are bit-for-bit the whole's."""
+    source = open_scene(str(scene))
+    network = PerPixel(len(source.bands), len(TABLE)).eval()
+    contract = _contract(source)
+    grid = WindowGrid.make(source.height, source.width, window=32, overlap=0.5)
+    with SceneReader(source) as reader:
+        whole = torch.cat([b.probs for b in predict_blocks(network, reader, grid, contract=contract, nodata=0)], 1)
+        parts = [list(predict_blocks(network, reader, grid, contract=contract, nodata=0, blocks=r, batch_size=5))
+                 for r in grid.split_blocks(3)]
+    assert [b.index for p in parts for b in p] == list(range(grid.rows.count))
+    assert torch.equal(torch.cat([b.probs for p in parts for b in p], dim=1), whole)

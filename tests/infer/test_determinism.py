@@ -1,0 +1,92 @@
+"""The map does not depend on the batch size or on the number of processes: byte-identical COGs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eoscale.infer.run import PredictConfig, predict
+from tests.rasters import write_scene
+from tests.slurm.conftest import local_slurm  # noqa: F401 (the local Slurm cluster fixture)
+
+
+def _run(checkpoint: Path, inputs: list[Path], out: Path, **options) -> Path:
+    predict(PredictConfig(checkpoint=str(checkpoint), inputs=[str(p) for p in inputs], output=str(out),
+                          confidence=True, progress=False, **options))
+    return out
+
+
+def _same_files(a: Path, b: Path, scene_ids: list[str]) -> None:
+    for scene_id in scene_ids:
+        for name in (f"{scene_id}_landcover.tif", f"{scene_id}_confidence.tif", f"{scene_id}_areas.csv"):
+            assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+def test_batch_size_does_not_change_the_map(checkpoint, scene, tmp_path):
+    reference = _run(checkpoint, [scene], tmp_path / "b16", batch_size=16)
+    for batch_size in (1, 5):
+        _same_files(reference, _run(checkpoint, [scene], tmp_path / f"b{batch_size}", batch_size=batch_size), ["odd"])
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_same_bytes_as_one(checkpoint, scene, tmp_path):
+    """One scene, two processes: each predicts half of the rows (plus halo), process 0 assembles the COG."""
+    one = _run(checkpoint, [scene], tmp_path / "one", overlap=0.5)
+    two = _run(checkpoint, [scene], tmp_path / "two", overlap=0.5, devices=2, batch_size=7)
+    _same_files(one, two, ["odd"])
+    assert not (two / ".eoscale-predict").exists()
+
+
+@pytest.mark.slow
+def test_scenes_dealt_to_processes_give_the_same_bytes(checkpoint, scene, tmp_path):
+    """Two scenes, two processes: each process maps a whole scene."""
+    other = tmp_path / "other.tif"
+    write_scene(other, height=120, width=95, seed=5, origin=(320_000.0, 5_640_000.0))
+    one = _run(checkpoint, [scene, other], tmp_path / "one")
+    two = _run(checkpoint, [scene, other], tmp_path / "two", devices=2)
+    _same_files(one, two, ["odd", "other"])
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_give_the_same_bytes(checkpoint, scene, tmp_path, tracking_uri):
+    """Ranks from the environment (torchrun): rank 0 draws the run's name and shares it over gloo."""
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.infer.conftest import ROOT
+
+    one = _run(checkpoint, [scene], tmp_path / "one")
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "PYTHONWARNINGS": "ignore", "HOME": str(tmp_path)}
+    done = subprocess.run([torchrun, "--nproc-per-node", "2", "-m", "eoscale", "predict", "--checkpoint",
+                           str(checkpoint), "--input", str(scene), "--output", str(tmp_path / "two"), "--confidence",
+                           "--no-progress", "--tracking-uri", tracking_uri], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("301×347") == 1  # one summary, from rank 0
+    _same_files(one, tmp_path / "two", ["odd"])
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.usefixtures("local_slurm")
+def test_srun_tasks_give_the_same_bytes(checkpoint, scene, tmp_path, tracking_uri):
+    """Ranks from Slurm (`srun -n 2`): the job and step ids name the run; the same bytes as one process."""
+    import subprocess
+    import sys
+
+    from tests.infer.conftest import ROOT
+
+    one = _run(checkpoint, [scene], tmp_path / "one")
+    done = subprocess.run(
+        ["srun", "-n", "2", "--cpus-per-task", "1", "--export", f"ALL,PYTHONPATH={ROOT},OMP_NUM_THREADS=1",
+         sys.executable, "-m", "eoscale", "predict", "--checkpoint", str(checkpoint), "--input", str(scene),
+         "--output", str(tmp_path / "two"), "--confidence", "--no-progress", "--tracking-uri", tracking_uri],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("301×347") == 1
+    _same_files(one, tmp_path / "two", ["odd"])
