@@ -16,10 +16,21 @@ Where the hooks run (Lightning's rules):
 - `*_dataloader`: on every rank, after `setup`. Each returns a `TileLoader`, whose length is the rank's number
   of batches; Lightning calls its `sampler.set_epoch(epoch)` at the start of every training epoch.
 
-Batches are `{"image": float32 (B, C, T, T), "label": int64 (B, T, T), "tile": int64 (B,)}` ("label" only with
-`labels=True`). Images are normalised with the store's per-band mean and std (of the chosen bands); a pixel
-where any chosen band is nodata reads 0 in every band and `ignore_index` in the label. Training tiles get a
-random one of the 8 square symmetries (flips and 90° turns), the same for image and label.
+- `on_after_batch_transfer`: in the training process, on each batch once Lightning moved it to the device; it
+  calls `normalise`. Lightning (checked with 2.6, `LightningModule._apply_batch_transfer_handler`) calls the
+  datamodule's hook whenever the Trainer was given the datamodule, and prefers it to the LightningModule's.
+
+The LightningModule's batches are `{"image": float32 (B, C, T, T), "label": int64 (B, T, T), "tile": int64 (B,)}`
+("label" only with `labels=True`). Images are normalised with the store's per-band mean and std (of the chosen
+bands); a pixel where any chosen band is nodata reads 0 in every band and `ignore_index` in the label. Training
+tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label.
+The dataloaders themselves yield the compact batches that the workers made (uint16 images, uint8 labels:
+a third of the bytes to hand over, pin and copy); code that iterates one by hand calls `normalise` on each
+batch, after moving it to its device:
+
+    for batch in dm.predict_dataloader():
+        batch = dm.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
+
 Each epoch delivers every tile of a split once across all ranks and workers, with one documented exception
 (`eoscale.data.partition`): with W ranks, training drops at most W − 1 tiles of the epoch's shuffled order and
 validation, test and prediction repeat at most W − 1 tiles, so that every rank takes the same number of
@@ -28,18 +39,19 @@ steps; use the `tile` ids to drop the repeats where they matter (with one rank t
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader
-from torch.utils.data.dataloader import _InfiniteConstantSampler
+from torch.utils.data import DataLoader, get_worker_info
+from torch.utils.data.dataloader import _InfiniteConstantSampler, _MultiProcessingDataLoaderIter
 
 from eoscale import schema
 from eoscale.classes import ClassTable
 from eoscale.data.store import open_store, read_store_attrs
-from eoscale.data.stream import TileStream
+from eoscale.data.stream import Handover, TileStream
 from eoscale.errors import BandMismatchError, InputError
 
 
@@ -49,9 +61,10 @@ class TileDataModule(LightningDataModule):
     `bands` picks bands by name (default: all, in store order); `labels=False` leaves labels out (for
     pretraining on images); `predict_split` is the split `predict_dataloader` reads; `seed` fixes the training
     order of every epoch; `shuffle_shards` is the size of the shuffle buffer in shards (memory per worker:
-    about `shuffle_shards × shard_tiles` tiles); `augment=False` turns off the flips and turns. A batch size
-    larger than a rank's share of the training split is refused in `setup`; evaluation splits accept it (one
-    short batch per rank).
+    about `shuffle_shards × shard_tiles` tiles); `augment=False` turns off the flips and turns; `pin_memory`
+    (default: when CUDA is available) pins the compact batches, so that their copy to the GPU can overlap the
+    step. A batch size larger than a rank's share of the training split is refused in `setup`; evaluation
+    splits accept it (one short batch per rank).
     """
 
     def __init__(
@@ -90,6 +103,7 @@ class TileDataModule(LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
+        self._norm: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     # --- the band contract, readable before any hook runs -----------------------------------------------
     @property
@@ -192,6 +206,44 @@ class TileDataModule(LightningDataModule):
     def predict_dataloader(self) -> TileLoader:
         return self._loader(self.predict_split)
 
+    def on_after_batch_transfer(self, batch: dict[str, torch.Tensor], dataloader_idx: int) -> dict[str, torch.Tensor]:
+        """On the training device, after Lightning moved the compact batch there: `normalise` it. (A
+        LightningModule that overrides this hook too is not called: Lightning warns and uses this one.)"""
+        return self.normalise(batch)
+
+    # --- the device side of the batch contract ----------------------------------------------------------
+    def normalise(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The loader's compact batch as models take it, on the batch's device: uint16 images become float32
+        normalised with the store's statistics of the chosen bands (0 wherever any chosen band is nodata),
+        uint8 labels become int64 (`ignore_index` stays). Anything already converted is left as it is, so
+        calling it twice is harmless. Lightning calls it through `on_after_batch_transfer`; call it yourself
+        when iterating a dataloader by hand (after `.to(device)`, so that the conversion runs there)."""
+        out = dict(batch)
+        image = batch.get("image")
+        if image is not None and image.dtype == torch.uint16:
+            mean, scale = self._normalisation(image.device)
+            nodata = float(self.attrs[schema.ATTR_NODATA])
+            x = image.to(torch.float32)  # before any comparison: CUDA has few kernels for uint16
+            # a pixel is kept when no band is nodata; with nodata 0, the usual, that is "the smallest band is
+            # not 0", a min over bands (8× faster on CPU than any(x == 0) over bands here)
+            keep = x.amin(dim=1, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).any(dim=1, keepdim=True)
+            # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0)
+            out["image"] = x.sub_(mean).mul_(scale).mul_(keep)
+        label = batch.get("label")
+        if label is not None and label.dtype == torch.uint8:
+            out["label"] = label.to(torch.int64)
+        return out
+
+    def _normalisation(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-band mean and 1/std as (1, C, 1, 1) float32 tensors on `device` (made once per device)."""
+        key = str(device)
+        if key not in self._norm:
+            stats = self.statistics
+            mean = torch.tensor(stats["mean"], dtype=torch.float32).view(1, -1, 1, 1)
+            scale = 1.0 / torch.tensor(stats["std"], dtype=torch.float32).clamp_min(1e-6).view(1, -1, 1, 1)
+            self._norm[key] = (mean.to(device), scale.to(device))
+        return self._norm[key]
+
     # --- helpers -------------------------------------------------------------------------------------------
     def _rank_and_world_size(self) -> tuple[int, int]:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -202,11 +254,9 @@ class TileDataModule(LightningDataModule):
 
     def _stream(self, split: str, *, rank: int, world_size: int) -> TileStream:
         train = split == "train"
-        stats = self.statistics
         stream = TileStream(
             self.store, self.split_range(split), shard_tiles=int(self.attrs[schema.ATTR_SHARD_TILES]),
-            batch_size=self.batch_size, mean=np.asarray(stats["mean"]), std=np.asarray(stats["std"]),
-            nodata=int(self.attrs[schema.ATTR_NODATA]), ignore_index=self.ignore_index,
+            batch_size=self.batch_size, nodata=int(self.attrs[schema.ATTR_NODATA]), ignore_index=self.ignore_index,
             bands=None if self.bands is None else self.band_indices, labels=self.labels, shuffle=train,
             augment=train and self.augment, seed=self.seed, shuffle_shards=self.shuffle_shards, rank=rank,
             world_size=world_size,
@@ -242,14 +292,51 @@ class TileLoader(DataLoader):
     Lightning (checked with 2.6) calls `set_epoch` on `dataloader.sampler` at every training epoch's start and
     never on an IterableDataset, while a DataLoader refuses a sampler for one; so the sampler slot is filled
     after construction with one that forwards. Workers are persistent by default (starting them took 0.2–0.6 s
-    per epoch here); the stream's epoch is in shared memory, so they see each new one.
+    per epoch here); the stream's epoch is in shared memory, so they see each new one. With workers, batches
+    come through a `Handover`: buffers the workers fill again once the main process no longer uses them.
     """
 
     def __init__(self, dataset: TileStream, **kwargs) -> None:
         kwargs.update(batch_size=None, sampler=None, batch_sampler=None)
         kwargs.setdefault("persistent_workers", kwargs.get("num_workers", 0) > 0)
+        workers = kwargs.get("num_workers", 0)
+        self.handover = Handover(workers) if workers > 0 else None
+        if self.handover is not None:
+            user_init = kwargs.get("worker_init_fn")
+            if isinstance(user_init, functools.partial) and user_init.func is _start_worker:
+                user_init = user_init.args[1]  # a copy of a TileLoader (Lightning re-creates them to predict)
+            kwargs["worker_init_fn"] = functools.partial(_start_worker, self.handover, user_init)
         super().__init__(dataset, **kwargs)
         object.__setattr__(self, "sampler", _EpochSampler(dataset))  # DataLoader.__setattr__ forbids this
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
+
+    def _get_iterator(self):
+        return _HandoverIter(self) if self.handover is not None else super()._get_iterator()
+
+
+def _start_worker(handover: Handover, user_init, worker_id: int) -> None:
+    get_worker_info().dataset.handover = handover  # this worker's copy of the stream
+    if user_init is not None:
+        user_init(worker_id)
+
+
+class _HandoverIter(_MultiProcessingDataLoaderIter):
+    """The DataLoader's own worker iterator, unpacking each batch as it arrives (see `Handover`). It hooks
+    into the DataLoader's private `_get_iterator`, `_try_get_data` and `_next_data` (checked with torch 2.14);
+    the tests in tests/data/test_handover.py fail if they change."""
+
+    def __init__(self, loader: TileLoader) -> None:
+        self._handover = loader.handover
+        super().__init__(loader)
+
+    def _try_get_data(self, *args, **kwargs):
+        # every batch received passes here, also those that a new epoch's `_reset` throws away
+        success, data = super()._try_get_data(*args, **kwargs)
+        if success and isinstance(data, tuple) and len(data) == 2:
+            self._handover.received(data[1])
+        return success, data
+
+    def _next_data(self):
+        return self._handover.unpack(super()._next_data())

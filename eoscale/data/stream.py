@@ -2,22 +2,29 @@
 
 Each worker reads the runs of tiles that `eoscale.data.partition` gives it for the epoch (whole shards,
 except at the split's and the workers' edges), shuffles them in a buffer of several shards for training,
-and yields ready batches: `{"image": float32 (B, C, T, T) normalised, "label": int64 (B, T, T), "tile": int64
-(B,)}`. Batching happens here, not in the DataLoader (use `batch_size=None` there), because the number of
-batches a rank yields must be exactly `len(stream)` on every rank, whatever the number of workers.
+and yields compact batches, as stored: `{"image": uint16 (B, C, T, T) (the chosen bands), "label": uint8
+(B, T, T) (`ignore_index` wherever a band is nodata), "tile": int64 (B,)}`, turned for training. Converting
+them to what models take (float32 normalised images, int64 labels) is `TileDataModule.normalise`, on the
+accelerator after the transfer. Batching happens here, not in the DataLoader (use `batch_size=None` there),
+because the number of batches a rank yields must be exactly `len(stream)` on every rank, whatever the
+number of workers.
 
 Why not random access (measured on the 2-core development machine, 10×64×64 uint16 tiles with their labels,
 blosc-zstd): one tile per read through zarr came at about 380–450 tiles/s per process; whole shards per read
 through zarr at about 1,700–2,700 tiles/s; decoding each shard's file directly (one file read, the shard
 index, then the chunks' own codec from numcodecs) at about 3,200–6,400 tiles/s. `ShardReader` takes that
 direct path whenever the array has the plain layout `eoscale ingest` writes, and asks zarr otherwise.
-In a worker, the rest of a batch's cost is mostly the shared memory it is handed over in (about a third of
-the worker's time here, from page faults on fresh shared pages); turning and normalising take ~1.5 ms per
-32 tiles.
+
+What a worker spends besides decoding (CPU seconds per 1,000 such tiles in one worker, same machine, decoding
+alone ~0.12): handing float32 images and int64 labels over in fresh shared memory, as before, 0.41; uint16 and
+uint8 instead, 0.25; the same through the reused buffers of `Handover`, 0.17 (and the main process's share
+fell from 0.05 to 0.02: one packed tensor, one file descriptor per batch). Turning the tiles takes ~0.5 ms
+per 32.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -27,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import zarr
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale import schema
@@ -127,12 +135,11 @@ def _direct_layout(array: zarr.Array) -> _DirectShards | None:
         def decode(src, out):
             out.reshape(-1).view(np.uint8)[:] = np.frombuffer(src, dtype=np.uint8)
     elif len(inner) == 2 and isinstance(inner[1], (BloscCodec, ZstdCodec)):
-        import numcodecs
+        from numcodecs import blosc, zstd
 
-        codec = numcodecs.Blosc() if isinstance(inner[1], BloscCodec) else numcodecs.Zstd()
-
-        def decode(src, out):
-            codec.decode(src, out=out)
+        # the codec's own decompress(source, dest), called as numcodecs' Blosc/Zstd.decode call it, without
+        # their argument checks (~20 µs a chunk here, a fifth of decoding a 10×64×64 tile)
+        decode = blosc.decompress if isinstance(inner[1], BloscCodec) else zstd.decompress
     else:
         return None
     index_codecs = list(sharding.index_codecs)
@@ -157,7 +164,15 @@ def dihedral(image: np.ndarray, label: np.ndarray | None, choice: np.ndarray) ->
 
 
 def _turn(a: np.ndarray, t: int) -> np.ndarray:
-    a = np.rot90(a, k=t % 4, axes=(-2, -1))
+    """`a` (..., T, T) as `np.rot90(a, t % 4, axes=(-2, -1))`, mirrored left–right if t ≥ 4: a view, made with
+    plain slicing (np.rot90 and np.flip cost ~15 µs a call in their argument checks, a third of a tile's turn)."""
+    k = t % 4
+    if k == 1:
+        a = a[..., ::-1].swapaxes(-1, -2)
+    elif k == 2:
+        a = a[..., ::-1, ::-1]
+    elif k == 3:
+        a = a.swapaxes(-1, -2)[..., ::-1]
     return a[..., ::-1] if t >= 4 else a
 
 
@@ -176,8 +191,6 @@ class TileStream(IterableDataset):
         *,
         shard_tiles: int,
         batch_size: int,
-        mean: np.ndarray,
-        std: np.ndarray,
         nodata: int,
         ignore_index: int,
         bands: list[int] | None = None,
@@ -191,13 +204,13 @@ class TileStream(IterableDataset):
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
+        if not 0 <= ignore_index <= 255:
+            raise ValueError(f"ignore_index={ignore_index} does not fit the uint8 labels")
         self.store = str(store)
         self.split = (int(split[0]), int(split[1]))
         self.shard_tiles = shard_tiles
         self.batch_size = batch_size
         self.bands = None if bands is None else np.asarray(bands, dtype=np.int64)
-        self.mean = np.asarray(mean, dtype=np.float32)[:, None, None]
-        self.scale = (1.0 / np.maximum(np.asarray(std, dtype=np.float32), 1e-6))[:, None, None]
         self.nodata = nodata
         self.ignore_index = ignore_index
         self.labels = labels
@@ -210,6 +223,7 @@ class TileStream(IterableDataset):
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self.pad = not shuffle  # training drops at most W-1 tiles, evaluation repeats at most W-1 (partition.py)
         self._readers: tuple | None = None  # (pid, images, labels, complete) of the process that opened them
+        self.handover: Handover | None = None  # set in TileLoader's workers only
 
     @property
     def tiles_per_rank(self) -> int:
@@ -240,14 +254,19 @@ class TileStream(IterableDataset):
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         block = max(self.shuffle_shards * self.shard_tiles, self.batch_size) if self.shuffle else self.batch_size
         pieces: list[_Piece] = []
-        made = 0
+        made = buffered = 0
         for start, stop in plan.ranges:
-            pieces.append(_Piece(images.read(start, stop), labels.read(start, stop) if labels else None,
+            image = images.read(start, stop)
+            if self.bands is not None:
+                image = image[:, self.bands]  # once per run: the buffer then holds only the chosen bands
+            pieces.append(_Piece(image, labels.read(start, stop) if labels else None,
                                  np.arange(start, stop, dtype=np.int64), complete[start:stop]))
-            if sum(len(p.tile) for p in pieces) >= block:
+            buffered += stop - start
+            if buffered >= block:
                 for batch in self._drain(pieces, rng, final=False):
                     made += 1
                     yield batch
+                buffered = sum(len(p.tile) for p in pieces)
         for batch in self._drain(pieces, rng, final=True):
             made += 1
             yield batch
@@ -288,39 +307,33 @@ class TileStream(IterableDataset):
             chosen = slice(i, min(i + self.batch_size, stop))
             yield self._batch([(buffered[w], r) for w, r in zip(which[chosen], row[chosen], strict=True)], rng)
 
-    def _batch(self, tiles: list[tuple[_Piece, int]], rng: np.random.Generator) -> dict[str, torch.Tensor]:
-        """One batch, tile by tile: each tile is read once from the buffer (turned, through a view) and written
-        once, normalised, into the batch; there is no intermediate copy of the batch."""
-        n, (channels, size) = len(tiles), (self.mean.shape[0], tiles[0][0].image.shape[-1])
-        image = _output((n, channels, size, size), torch.float32)
-        label = _output((n, size, size), torch.int64) if self.labels else None
-        x, y = image.numpy(), None if label is None else label.numpy()
-        turns = rng.integers(0, 8, n) if self.augment else np.zeros(n, dtype=np.int64)
-        masks = {}
+    def _batch(self, tiles: list[tuple[_Piece, int]], rng: np.random.Generator) -> dict:
+        """One batch as stored: each tile is read once from the buffer (turned, through a view) and written once
+        into the batch; where a tile has nodata, its label is set to `ignore_index` under it."""
+        n, (channels, size) = len(tiles), tiles[0][0].image.shape[1:3]
+        if self.handover is not None:
+            x, y, tile, batch = self.handover.take(n, channels, size, labels=self.labels, batch_size=self.batch_size)
+        else:
+            image = _output((n, channels, size, size), torch.uint16)
+            label = _output((n, size, size), torch.uint8) if self.labels else None
+            tile = np.empty(n, dtype=np.int64)
+            x, y = image.numpy(), None if label is None else label.numpy()
+            batch = {"image": image, "tile": torch.from_numpy(tile)} | ({"label": label} if self.labels else {})
+        turns = rng.integers(0, 8, n).tolist() if self.augment else [0] * n
         for i, (piece, r) in enumerate(tiles):
-            src = piece.image[r] if self.bands is None else piece.image[r][self.bands]
-            src = _turn(src, int(turns[i]))
-            np.subtract(src, self.mean, out=x[i], casting="unsafe")
+            x[i] = _turn(piece.image[r], turns[i])
+            tile[i] = piece.tile[r]
             if y is not None:
-                y[i] = _turn(piece.label[r], int(turns[i]))
-            if not piece.complete[r]:
-                masks[i] = (src == self.nodata).any(axis=0)  # a pixel with any band missing
-        x *= self.scale
-        for i, mask in masks.items():
-            x[i][:, mask] = 0.0  # nodata reads as the band mean
-            if y is not None:
-                y[i][mask] = self.ignore_index
-        tile = np.array([piece.tile[r] for piece, r in tiles], dtype=np.int64)
-        batch = {"image": image, "tile": torch.from_numpy(tile)}
-        if label is not None:
-            batch["label"] = label
+                y[i] = _turn(piece.label[r], turns[i])
+                if not piece.complete[r]:
+                    y[i][(x[i] == self.nodata).any(axis=0)] = self.ignore_index  # a pixel with any band missing
         return batch
 
 
 class _Piece(NamedTuple):
     """Tiles read in one go (a run of one shard), waiting in the shuffle buffer."""
 
-    image: np.ndarray  # (n, bands, T, T) as stored
+    image: np.ndarray  # (n, bands, T, T) as stored, the chosen bands only
     label: np.ndarray | None  # (n, T, T)
     tile: np.ndarray  # (n,) tile ids
     complete: np.ndarray  # (n,) True where the tile has no nodata pixel
@@ -331,6 +344,99 @@ def _output(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     does, so that handing it to the main process does not copy it once more."""
     if get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
-    proto = torch.empty(0, dtype=dtype)
-    storage = proto._typed_storage()._new_shared(int(np.prod(shape)), device=proto.device)
-    return proto.new(storage).view(shape)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+
+
+class Handover:
+    """Batch buffers in shared memory that `TileLoader`'s workers fill again once the main process let go.
+
+    Why: a fresh shared-memory buffer per batch (what `default_collate` does) cost 3–6 ms per 32 tiles of
+    10×64×64 here, mostly page faults on its new pages: as much as decoding the tiles. How, safely: each
+    worker keeps up to `SLOTS` buffers. A batch travels as one flat uint8 tensor (tile ids, images, labels;
+    one file descriptor to pass instead of three) with a ticket; the main process unpacks it into views and
+    keeps a weak reference to its storage. When that has expired, no tensor in the main process uses the
+    buffer any more (views, pinned copies and batches held by the caller all keep it alive), and the main
+    process writes the ticket into `state[worker, slot]`, shared memory made before the workers start; the
+    worker reuses a buffer only when its state shows the ticket it was sent with, so a late release from an
+    earlier worker process cannot free a buffer of the current one. A worker with no free buffer takes a
+    fresh one, so a caller that keeps batches only loses the speed-up.
+    """
+
+    SLOTS = 8  # in flight per worker: prefetch_factor (2) queued, plus the batches the consumer holds
+
+    def __init__(self, workers: int) -> None:
+        self.state = torch.zeros((workers, self.SLOTS), dtype=torch.int64).share_memory_()
+        self._held: list[tuple[int, int, int, StorageWeakRef]] = []  # main process: (worker, slot, ticket, storage)
+        self._buffers: list[tuple[torch.Tensor, int]] = []  # a worker's: (buffer, ticket it was last sent with)
+        self._tickets = 0
+
+    def __getstate__(self) -> dict:
+        return {"state": self.state, "_held": [], "_buffers": [], "_tickets": 0}
+
+    # --- in a worker ------------------------------------------------------------------------------------
+    def take(self, n: int, channels: int, size: int, *, labels: bool, batch_size: int):
+        """Numpy views to fill (images, labels or None, tile ids) and the batch to yield for `n` tiles."""
+        worker, state = get_worker_info().id, self.state.numpy()
+        need = _packed_bytes(batch_size, channels, size, labels)
+        self._tickets += 1
+        ticket = os.getpid() << 32 | self._tickets  # unique across worker processes
+        slot = next((i for i, (buffer, sent) in enumerate(self._buffers)
+                     if state[worker, i] == sent and len(buffer) >= need), -1)
+        if slot < 0 and len(self._buffers) < self.SLOTS:
+            slot = len(self._buffers)
+            self._buffers.append((_output((need,), torch.uint8), 0))
+        buffer = self._buffers[slot][0] if slot >= 0 else _output((need,), torch.uint8)
+        if slot >= 0:
+            self._buffers[slot] = (buffer, ticket)
+            state[worker, slot] = 0  # in use
+        image, label, tile = _unpack(buffer.numpy(), n, channels, size, labels)
+        wire = {"packed": buffer[: _packed_bytes(n, channels, size, labels)],
+                "layout": (worker, slot, ticket, n, channels, size, labels)}
+        return image, label, tile, {_WIRE: wire}
+
+    # --- in the main process ----------------------------------------------------------------------------
+    def received(self, batch: object) -> None:
+        """Note a batch that arrived from a worker, and let the workers have back the buffers no longer used.
+        Called on every batch received, also on those a new epoch's start throws away."""
+        state, still = self.state.numpy(), []
+        for held_worker, held_slot, held_ticket, storage in self._held:
+            if storage.expired():
+                state[held_worker, held_slot] = held_ticket  # free for the worker to fill again
+            else:
+                still.append((held_worker, held_slot, held_ticket, storage))
+        self._held = still
+        if isinstance(batch, dict) and _WIRE in batch and batch[_WIRE]["layout"][1] >= 0:
+            worker, slot, ticket = batch[_WIRE]["layout"][:3]
+            self._held.append((worker, slot, ticket, StorageWeakRef(batch[_WIRE]["packed"].untyped_storage())))
+
+    @staticmethod
+    def unpack(batch: dict) -> dict:
+        """The batch a worker sent as `{"image", "label", "tile"}`: views of its buffer, but for the tile ids,
+        copied out so that keeping them does not keep the buffer."""
+        if _WIRE not in batch:
+            return batch
+        packed, (_, _, _, n, channels, size, labels) = batch[_WIRE]["packed"], batch[_WIRE]["layout"]
+        image, label, tile = _unpack(packed, n, channels, size, labels)
+        return {"image": image, "tile": tile.clone()} | ({"label": label} if labels else {})
+
+
+_WIRE = "_eoscale_packed"  # the key of a packed batch between a worker and TileLoader
+
+
+def _packed_bytes(n: int, channels: int, size: int, labels: bool) -> int:
+    return 8 * n + 2 * n * channels * size * size + (n * size * size if labels else 0)
+
+
+def _unpack(flat, n: int, channels: int, size: int, labels: bool):
+    """(images uint16 (n, C, T, T), labels uint8 (n, T, T) or None, tile ids int64 (n,)) as views of a flat
+    uint8 buffer (numpy array or tensor): tile ids first, so that every part is aligned to its item size."""
+    image_at, label_at = 8 * n, 8 * n + 2 * n * channels * size * size
+    as_type = (lambda a, t: a.view(t)) if isinstance(flat, np.ndarray) else (lambda a, t: a.view(_TORCH[t]))
+    tile = as_type(flat[:image_at], np.int64)
+    image = as_type(flat[image_at:label_at], np.uint16).reshape(n, channels, size, size)
+    label = flat[label_at : label_at + n * size * size].reshape(n, size, size) if labels else None
+    return image, label, tile
+
+
+_TORCH = {np.int64: torch.int64, np.uint16: torch.uint16}

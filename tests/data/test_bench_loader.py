@@ -6,17 +6,35 @@ import argparse
 
 import pytest
 
-from eoscale.bench.loader import bench_loader, configure
+from eoscale.bench.loader import _gdal_cache_dropper, _libgdal, bench_loader, configure
 
 
 def test_bench_loader_returns_every_figure(store):
     report = bench_loader(store, workers=1, batch_size=8, seconds=0.3, torchgeo=False, show=False)
-    for key in ("loader", "decode_only", "random_zarr", "rasterio_windows"):
+    for key in ("loader", "loader_compact", "decode_only", "random_zarr", "rasterio_windows"):
         assert report[key]["tiles_per_s"] > 0 and report[key]["mb_per_s"] > 0 and report[key]["processes"] == 1
     assert report["torchgeo"] is None and report["source_windows"] == "rasterio_windows"
     assert set(report["ratios"]) == set(report["goals"]) == {"decode_only", "random_zarr", "source_windows"}
     assert all(r > 0 for r in report["ratios"].values())
     assert report["loader"]["epochs"] >= 1 and report["tile_size"] == 16 and report["bands"] == 10
+
+
+def test_gdal_block_cache_is_emptied_between_source_reads(store):
+    import ctypes
+
+    import rasterio
+    from rasterio.windows import Window
+
+    from eoscale.data import read_store_attrs
+
+    drop, gdal = _gdal_cache_dropper(), _libgdal()
+    assert drop is not None and gdal is not None  # found on Linux
+    gdal.GDALGetCacheUsed64.restype = ctypes.c_int64
+    with rasterio.open(read_store_attrs(store)["scenes"][0]["paths"][0]) as src:
+        src.read(window=Window(0, 0, 16, 16))
+        assert gdal.GDALGetCacheUsed64() > 0
+        drop()
+        assert gdal.GDALGetCacheUsed64() == 0
 
 
 def test_bench_loader_measures_torchgeo_when_installed(store):

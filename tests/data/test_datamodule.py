@@ -27,9 +27,11 @@ class PixelClassifier(L.LightningModule):
         self.conv = nn.Conv2d(bands, classes, 1)
         self.loss = nn.CrossEntropyLoss(ignore_index=ignore_index)
         self.seen: dict[int, list[int]] = {}
+        self.batches: list[dict[str, torch.Tensor]] = []  # as training_step received them
 
     def training_step(self, batch, batch_idx):
         self.seen.setdefault(self.current_epoch, []).extend(batch["tile"].tolist())
+        self.batches.append({k: v.clone() for k, v in batch.items()})
         return self.loss(self.conv(batch["image"]), batch["label"])
 
     def validation_step(self, batch, batch_idx):
@@ -56,13 +58,26 @@ def _quiet():
         yield
 
 
-def test_fast_dev_run_trains_a_1x1_conv(store):
+def test_fast_dev_run_trains_a_1x1_conv_on_normalised_batches(store):
     dm = TileDataModule(store, batch_size=8, num_workers=1)
     model = PixelClassifier(dm.num_bands, dm.num_classes, dm.ignore_index)
     before = model.conv.weight.detach().clone()
     _trainer(fast_dev_run=2).fit(model, datamodule=dm)
     assert len(model.seen[0]) == 16
     assert not torch.equal(before, model.conv.weight)
+    # the datamodule's on_after_batch_transfer ran: float32 normalised images and int64 labels reach the model
+    images = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r")
+    mean = torch.tensor(dm.statistics["mean"]).view(-1, 1)
+    std = torch.tensor(dm.statistics["std"]).view(-1, 1)
+    for batch in model.batches:
+        assert set(batch) == {"image", "label", "tile"}
+        assert (batch["image"].dtype, batch["label"].dtype, batch["tile"].dtype) == (torch.float32, torch.int64, torch.int64)
+        for i, tile in enumerate(batch["tile"].tolist()):
+            raw = torch.from_numpy(images[tile].astype("float32")).flatten(1)
+            expected = torch.where((raw == 0).any(0), 0.0, (raw - mean) / std)
+            # turned tiles hold the same values per band: compare them sorted
+            got = batch["image"][i].flatten(1)
+            torch.testing.assert_close(got.sort(1).values, expected.sort(1).values, rtol=1e-5, atol=1e-4)
 
 
 def test_lightning_sets_the_epoch_on_persistent_workers(store):

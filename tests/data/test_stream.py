@@ -1,5 +1,6 @@
-"""TileStream: whole-shard reads equal zarr's, augmentation keeps labels on their pixels, normalisation
-uses the store's statistics, bands are picked by name, nodata becomes ignore."""
+"""TileStream: whole-shard reads equal zarr's, batches are handed over compact (uint16 images, uint8 labels),
+augmentation keeps labels on their pixels, `normalise` uses the store's statistics, bands are picked by name,
+nodata becomes ignore."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import zarr
 
 from eoscale import schema
 from eoscale.data import TileDataModule, open_store
-from eoscale.data.stream import ShardReader, dihedral
+from eoscale.data.stream import ShardReader, _turn, dihedral
 from tests.data.conftest import BANDS, class_of_pixels
 
 
@@ -39,13 +40,9 @@ def test_dihedral_moves_image_and_label_together():
     tile = np.arange(64).reshape(1, 1, 8, 8)
     shapes = {dihedral(tile, None, np.array([t]))[0].tobytes() for t in range(8)}
     assert len(shapes) == 8
-
-
-def _raw(batch, stats, bands):
-    """Back from normalised floats to the stored values of `bands`."""
-    mean = np.asarray(stats["mean"], dtype=np.float32)[:, None, None]
-    std = np.asarray(stats["std"], dtype=np.float32)[:, None, None]
-    return np.rint(batch["image"].numpy() * std + mean).astype(np.int64)
+    for t in range(8):  # the slicing in _turn is np.rot90, then a left-right mirror for t >= 4
+        expected = np.rot90(image, t % 4, axes=(-2, -1))
+        np.testing.assert_array_equal(_turn(image, t), expected[..., ::-1] if t >= 4 else expected)
 
 
 def test_augmented_training_batches_keep_labels_on_their_pixels(store):
@@ -54,7 +51,7 @@ def test_augmented_training_batches_keep_labels_on_their_pixels(store):
     scene = open_store(store)[schema.SCENE].values
     turned = 0
     for batch in dm.train_dataloader():
-        raw = _raw(batch, dm.statistics, BANDS)
+        raw = batch["image"].numpy().astype(np.int64)  # as stored: no normalisation in the workers
         label = batch["label"].numpy()
         for i, tile in enumerate(batch["tile"].tolist()):
             if scene[tile] != 0:
@@ -64,6 +61,21 @@ def test_augmented_training_batches_keep_labels_on_their_pixels(store):
             stored = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")[tile]
             turned += not np.array_equal(label[i], stored)
     assert turned > 0  # the augmentation did turn tiles
+
+
+def test_workers_hand_over_compact_batches_and_normalise_converts_them(store):
+    dm = TileDataModule(store, batch_size=8, num_workers=1)
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert (batch["image"].dtype, batch["label"].dtype, batch["tile"].dtype) == (torch.uint16, torch.uint8, torch.int64)
+    assert batch["image"].shape == (8, len(BANDS), dm.tile_size, dm.tile_size)
+    ready = dm.normalise(batch)
+    assert set(ready) == {"image", "label", "tile"}
+    assert (ready["image"].dtype, ready["label"].dtype, ready["tile"].dtype) == (torch.float32, torch.int64, torch.int64)
+    assert batch["image"].dtype == torch.uint16  # the input batch is left as it was
+    again = dm.normalise(ready)  # converted batches pass through unchanged
+    assert all(again[k] is ready[k] for k in ready)
+    torch.testing.assert_close(ready["label"], batch["label"].long())
 
 
 def test_normalisation_uses_store_statistics_of_bands_picked_by_name(store):
@@ -78,6 +90,7 @@ def test_normalisation_uses_store_statistics_of_bands_picked_by_name(store):
     mean = np.asarray(dm.statistics["mean"], dtype=np.float32)[:, None, None]
     std = np.asarray(dm.statistics["std"], dtype=np.float32)[:, None, None]
     for batch in dm.val_dataloader():
+        batch = dm.normalise(batch)
         assert batch["image"].dtype == torch.float32 and batch["label"].dtype == torch.int64
         for i, tile in enumerate(batch["tile"].tolist()):
             raw = images[tile][[6, 1]]
@@ -89,6 +102,15 @@ def test_normalisation_uses_store_statistics_of_bands_picked_by_name(store):
             np.testing.assert_array_equal(label[~nodata], labels[tile][~nodata])
 
 
+def test_normalise_masks_any_nodata_value(store):
+    dm = TileDataModule(store)
+    dm._attrs = {**dm.attrs, schema.ATTR_NODATA: 7}  # not 0: the general path
+    image = torch.full((1, len(BANDS), 2, 2), 1000, dtype=torch.uint16)
+    image[0, 3, 0, 1] = 7  # one band missing at one pixel
+    out = dm.normalise({"image": image, "tile": torch.zeros(1, dtype=torch.int64)})
+    assert (out["image"][0, :, 0, 1] == 0).all() and (out["image"][0, :, 1, :] != 0).all()
+
+
 def test_nodata_pixels_are_ignored_and_zero(store):
     dm = TileDataModule(store, batch_size=8, num_workers=0, augment=False)
     dm.setup("fit")
@@ -97,8 +119,10 @@ def test_nodata_pixels_are_ignored_and_zero(store):
         raw = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r").oindex[batch["tile"].numpy()]
         nodata = (raw == 0).any(axis=1)
         found += int(nodata.sum())
-        assert (batch["label"].numpy()[nodata] == dm.ignore_index).all()
+        assert (batch["label"].numpy()[nodata] == dm.ignore_index).all()  # folded in the workers already
+        batch = dm.normalise(batch)
         assert (batch["image"].numpy().transpose(1, 0, 2, 3)[:, nodata] == 0).all()
+        assert (batch["image"].numpy().transpose(1, 0, 2, 3)[:, ~nodata] != 0).mean() > 0.99
     assert found > 0
 
 
@@ -108,6 +132,7 @@ def test_label_free_batches_have_no_label(store):
     batch = next(iter(dm.train_dataloader()))
     assert set(batch) == {"image", "tile"}
     assert batch["image"].shape == (8, len(BANDS), dm.tile_size, dm.tile_size)
+    assert set(dm.normalise(batch)) == {"image", "tile"} and dm.normalise(batch)["image"].dtype == torch.float32
 
 
 def test_workers_without_a_batch_are_fine(store):

@@ -1,0 +1,79 @@
+"""Handover: workers fill their batch buffers again only once the main process let go of them, so batches
+that are kept stay intact; batches come out the same as without workers."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+from eoscale.data import TileDataModule
+from eoscale.data.stream import _WIRE, Handover
+
+
+@pytest.fixture
+def slots_used(monkeypatch):
+    """(worker, slot) of every packed batch the main process unpacks (slot -1: a buffer used once)."""
+    used = collections.Counter()
+    received = Handover.received
+
+    def recording(self, batch):
+        if isinstance(batch, dict) and _WIRE in batch:
+            used[tuple(batch[_WIRE]["layout"][:2])] += 1
+        return received(self, batch)
+
+    monkeypatch.setattr(Handover, "received", recording)
+    return used
+
+
+def _by_tile(batches) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+    return {t: (b["image"][i], b["label"][i]) for b in batches for i, t in enumerate(b["tile"].tolist())}
+
+
+def test_buffers_are_reused_and_kept_batches_stay_intact(store, slots_used):
+    expected = TileDataModule(store, batch_size=4, num_workers=0)
+    expected.setup("validate")
+    reference = _by_tile([{k: v.clone() for k, v in b.items()} for b in expected.val_dataloader()])
+
+    dm = TileDataModule(store, batch_size=4, num_workers=2)
+    dm.setup("validate")
+    loader = dm.val_dataloader()
+    for _ in range(2):  # batches dropped at once: the workers take the same few buffers again
+        for batch in loader:
+            assert set(batch) == {"image", "label", "tile"} and batch["image"].dtype == torch.uint16
+    assert max(slots_used.values()) > 1 and all(slot >= 0 for _, slot in slots_used)
+
+    kept = list(loader)  # every batch kept: no buffer may be filled again while the main process holds it
+    assert any(slot < 0 for _, slot in slots_used)  # the workers ran out of free buffers and took new ones
+    got = _by_tile(kept)
+    assert got.keys() == reference.keys()
+    for tile, (image, label) in reference.items():
+        assert torch.equal(got[tile][0], image) and torch.equal(got[tile][1], label), f"tile {tile} changed"
+
+
+def test_epochs_cut_short_do_not_use_up_the_buffers(store, slots_used):
+    dm = TileDataModule(store, batch_size=4, num_workers=1)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    for epoch in range(2 * Handover.SLOTS):  # as limit_train_batches does: the queued batches are thrown away
+        loader.set_epoch(epoch)
+        next(iter(loader))
+    slots_used.clear()
+    assert sum(1 for _ in loader) > Handover.SLOTS  # every batch dropped at once
+    assert all(slot >= 0 for _, slot in slots_used)
+
+
+def test_a_user_worker_init_fn_still_runs_and_is_not_wrapped_twice(store):
+    dm = TileDataModule(store, batch_size=8, num_workers=1)
+    dm.setup("validate")
+    loader = dm.val_dataloader()
+    copy = type(loader)(loader.dataset, num_workers=1, worker_init_fn=loader.worker_init_fn)  # as Lightning does
+    assert copy.worker_init_fn.args == (copy.handover, None)
+    calls = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+    def init(worker_id):
+        calls.add_(1)
+
+    mine = type(loader)(loader.dataset, num_workers=1, worker_init_fn=init, persistent_workers=False)
+    assert len(list(mine)) == len(loader) and int(calls) == 1
