@@ -32,7 +32,6 @@ from torch import Tensor, nn
 from eoscale.errors import InputError
 from eoscale.models.backbone import VitBackbone, create_backbone
 from eoscale.models.foundation import save_backbone
-from eoscale.train.checkpoint import BandContract
 from eoscale.train.task import BaseTask, warmup_cosine
 
 EXPORT_NAME = "backbone.safetensors"
@@ -184,21 +183,9 @@ class MAETask(BaseTask):
         self.hparams.img_size = int(datamodule.tile_size)
 
     def configure_model(self) -> None:
-        # BaseTask's, without the segmentation metrics: contract, same seed on every rank, FSDP2 sharding
-        if self.model is not None:
-            return
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if datamodule is not None:
-            self.contract = BandContract.from_datamodule(datamodule)
-            self.read_datamodule(datamodule)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.hparams.get("init_seed", 0))  # FSDP2 keeps each rank's own init: same seed
-            model = self.configure_models()
-        if self._device_mesh is not None:
-            from eoscale.train.fsdp import shard_model
-
-            model = shard_model(model, self._device_mesh, strategy=self.trainer.strategy, precision=self.trainer.precision)
-        self.model = model
+        # BaseTask's build (contract, same seed on every rank, FSDP2 sharding), without the segmentation metrics
+        if self.model is None:
+            self.model = self.build_model()
 
     def configure_models(self) -> nn.Module:
         h = self.hparams

@@ -56,10 +56,9 @@ class BaseTask(LightningModule):
     def configure_metrics(self) -> MetricCollection:
         raise NotImplementedError
 
-    def configure_model(self) -> None:
-        """Build the network once per rank (Lightning calls this again for `test` after `fit`)."""
-        if self.model is not None:
-            return
+    def build_model(self) -> nn.Module:
+        """The network of this rank: band contract and datamodule facts read, built from the same seed on
+        every rank, starting weights and fine-tune mode applied, and sharded under FSDP2."""
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         if datamodule is not None:
             self.contract = BandContract.from_datamodule(datamodule)
@@ -78,7 +77,13 @@ class BaseTask(LightningModule):
             from eoscale.train.fsdp import shard_model
 
             model = shard_model(model, mesh, strategy=self.trainer.strategy, precision=self.trainer.precision)
-        self.model = model
+        return model
+
+    def configure_model(self) -> None:
+        """Build the network once per rank (Lightning calls this again for `test` after `fit`)."""
+        if self.model is not None:
+            return
+        self.model = self.build_model()
         self.criterion = self.configure_losses()
         metrics = self.configure_metrics()
         self.metrics = nn.ModuleDict({split: metrics.clone(prefix=f"{split}_") for split in SPLITS})
