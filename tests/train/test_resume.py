@@ -17,12 +17,7 @@ SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 ATOL = 1e-5
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _fit(store: Path, root: Path, steps: int, *extra: str) -> EoscaleCLI:

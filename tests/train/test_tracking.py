@@ -6,7 +6,6 @@ import socket
 from pathlib import Path
 
 import pytest
-import torch
 from mlflow import MlflowClient
 
 from eoscale.train.cli import main
@@ -15,12 +14,7 @@ from eoscale.train.tracking import MLflowLogger, default_tracking_uri
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _args(store: Path, root: Path, *extra: str) -> list[str]:
