@@ -50,6 +50,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler, _MultiProcessi
 
 from eoscale import schema
 from eoscale.classes import ClassTable
+from eoscale.data.partition import train_subset
 from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.stream import Handover, TileStream
 from eoscale.errors import BandMismatchError, InputError
@@ -61,7 +62,10 @@ class TileDataModule(LightningDataModule):
     `bands` picks bands by name (default: all, in store order); `labels=False` leaves labels out (for
     pretraining on images); `predict_split` is the split `predict_dataloader` reads; `seed` fixes the training
     order of every epoch; `shuffle_shards` is the size of the shuffle buffer in shards (memory per worker:
-    about `shuffle_shards × shard_tiles` tiles); `augment=False` turns off the flips and turns; `pin_memory`
+    about `shuffle_shards × shard_tiles` tiles); `augment=False` turns off the flips and turns; `train_fraction`
+    trains on that share of the 'train' split only (as if only it were labelled): a fixed choice, by `seed`, of
+    short strips of neighbouring tiles (`eoscale.data.partition.train_subset`), the same every epoch and on
+    every rank, while validation, test and prediction keep their whole splits; `pin_memory`
     (default: when CUDA is available) pins the compact batches, so that their copy to the GPU can overlap the
     step. A batch size larger than a rank's share of the training split is refused in `setup`; evaluation
     splits accept it (one short batch per rank).
@@ -80,6 +84,7 @@ class TileDataModule(LightningDataModule):
         seed: int = 0,
         shuffle_shards: int = 4,
         pin_memory: bool | None = None,
+        train_fraction: float = 1.0,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -88,6 +93,8 @@ class TileDataModule(LightningDataModule):
             raise InputError(f"num_workers must be 0 or more, got {num_workers}")
         if shuffle_shards < 1:
             raise InputError(f"shuffle_shards must be at least 1, got {shuffle_shards}")
+        if not 0 < train_fraction <= 1:
+            raise InputError(f"train_fraction must be more than 0 and at most 1, got {train_fraction}")
         if predict_split not in schema.SPLITS:
             raise InputError(f"predict_split={predict_split!r} is not a split: choose one of {', '.join(schema.SPLITS)}")
         self.save_hyperparameters()
@@ -100,6 +107,7 @@ class TileDataModule(LightningDataModule):
         self.predict_split = predict_split
         self.seed = seed
         self.shuffle_shards = shuffle_shards
+        self.train_fraction = float(train_fraction)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
@@ -159,11 +167,20 @@ class TileDataModule(LightningDataModule):
         start, stop = self.attrs[schema.ATTR_SPLITS][split]
         return int(start), int(stop)
 
+    def tile_ranges(self, split: str) -> np.ndarray:
+        """The tiles this datamodule reads from `split`, as an (R, 2) array of `[start, stop)` ranges: the
+        whole split, but for 'train' with `train_fraction` < 1, its subset."""
+        ranges = np.asarray([self.split_range(split)], dtype=np.int64)
+        if split == "train" and self.train_fraction < 1:
+            return train_subset(ranges, self.train_fraction, seed=self.seed)
+        return ranges
+
     def class_weights(self, split: str = "train") -> torch.Tensor:
-        """Inverse-frequency class weights from the store's per-tile class counts (summed with Dask),
-        scaled so that a balanced split gives 1 for every class; classes absent from the split get 0."""
-        start, stop = self.split_range(split)
-        counts = open_store(self.store)[schema.CLASS_COUNTS].isel({schema.TILE: slice(start, stop)}).sum(schema.TILE)
+        """Inverse-frequency class weights from the per-tile class counts of the tiles read from `split`
+        (`tile_ranges`: only the subset with a `train_fraction`), summed with Dask, scaled so that a balanced
+        split gives 1 for every class; classes absent from the split get 0."""
+        tiles = np.concatenate([np.arange(a, b) for a, b in self.tile_ranges(split)])
+        counts = open_store(self.store)[schema.CLASS_COUNTS].isel({schema.TILE: tiles}).sum(schema.TILE)
         counts = np.asarray(counts.values, dtype=np.float64)
         present = counts > 0
         weights = np.zeros_like(counts)
@@ -184,7 +201,7 @@ class TileDataModule(LightningDataModule):
         for split in wanted[stage]:
             optional = stage == "fit" and split == "val"  # an empty val split only turns validation off
             start, stop = self.split_range(split)
-            if stop <= start:
+            if stop <= start:  # (a train_fraction too small for a batch is refused in _stream)
                 if optional:
                     self._streams.pop(split, None)
                     continue
@@ -255,17 +272,18 @@ class TileDataModule(LightningDataModule):
     def _stream(self, split: str, *, rank: int, world_size: int) -> TileStream:
         train = split == "train"
         stream = TileStream(
-            self.store, self.split_range(split), shard_tiles=int(self.attrs[schema.ATTR_SHARD_TILES]),
+            self.store, self.tile_ranges(split), shard_tiles=int(self.attrs[schema.ATTR_SHARD_TILES]),
             batch_size=self.batch_size, nodata=int(self.attrs[schema.ATTR_NODATA]), ignore_index=self.ignore_index,
             bands=None if self.bands is None else self.band_indices, labels=self.labels, shuffle=train,
             augment=train and self.augment, seed=self.seed, shuffle_shards=self.shuffle_shards, rank=rank,
             world_size=world_size,
         )
         if train and stream.tiles_per_rank < self.batch_size:
+            subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""
             raise InputError(
                 f"batch_size={self.batch_size} is larger than each rank's share of the 'train' split "
-                f"({stream.tiles_per_rank} tiles on each of {world_size} ranks): use a batch size of at most "
-                f"{max(stream.tiles_per_rank, 1)}"
+                f"({stream.tiles_per_rank} tiles on each of {world_size} ranks{subset}): use a batch size of at most "
+                f"{max(stream.tiles_per_rank, 1)}{' or a larger train_fraction' if subset else ''}"
             )
         return stream
 

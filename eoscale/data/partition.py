@@ -1,10 +1,13 @@
 """Who reads which tiles: a split's tiles dealt to ranks, then to DataLoader workers, epoch by epoch.
 
-A split is one contiguous range of tiles `[start, stop)` (see `eoscale.schema`); shard boundaries cut it into
-*shard runs*, the units read in one go. Each epoch:
+A split is one contiguous range of tiles `[start, stop)` (see `eoscale.schema`), or, for a training subset
+(`train_subset`), a sorted list of disjoint ranges; shard boundaries cut them into *shard runs*, the units read
+in one go. Each epoch:
 
-1. **order**: the shard runs are permuted with `rng(seed, epoch)` for training (kept in store order for
-   validation, test and prediction), giving one sequence of the split's `n` tiles, the same on every rank;
+1. **order**: the shards are permuted with `rng(seed, epoch)` for training, each carrying its runs along in
+   store order, so that a shard file is read once per epoch even when a subset holds several runs of it
+   (validation, test and prediction keep store order), giving one sequence of the split's `n` tiles, the
+   same on every rank;
 2. **ranks**: rank `r` of `W` takes positions `[r·L, (r+1)·L)` of that sequence. Training uses `L = n // W` and
    drops the last `n mod W` tiles of the epoch's sequence (at most `W − 1` tiles, different ones each epoch);
    evaluation uses `L = ceil(n / W)` and wraps around, so the first `L·W − n` tiles (at most `W − 1`) are
@@ -16,6 +19,11 @@ A split is one contiguous range of tiles `[start, stop)` (see `eoscale.schema`);
    workers. The DataLoader takes batches from its workers in turn, so the rank still yields all of them.
 
 Everything here is pure arithmetic on integers: the same inputs give the same plan on every rank and worker.
+
+`train_subset` picks the tiles that `TileDataModule(train_fraction=f)` trains on: short runs of neighbouring
+tiles (tiles are stored scene by scene, row by row, so a run is a strip of one row of tiles, or the end of one
+row and the start of the next), drawn with `rng(seed)`, `round(f · n)` tiles in all. Strips keep the subset
+spatially coherent, as labels drawn on a map are, rather than scattered single tiles.
 """
 
 from __future__ import annotations
@@ -35,11 +43,66 @@ def shard_runs(start: int, stop: int, shard_tiles: int) -> np.ndarray:
     return np.stack([edges[:-1], edges[1:]], axis=1)
 
 
-def epoch_runs(runs: np.ndarray, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The shard runs in the order of this epoch: permuted by `rng(seed, epoch)`, or as they are."""
-    if not shuffle:
+def split_runs(split, shard_tiles: int) -> np.ndarray:
+    """The ranges of a split (`(start, stop)`, or a sorted list of disjoint `[start, stop)` ranges) cut at
+    shard boundaries: an (R, 2) array of runs in store order."""
+    parts = [shard_runs(int(a), int(b), shard_tiles) for a, b in as_ranges(split)]
+    return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
+
+def as_ranges(split) -> np.ndarray:
+    """`(start, stop)` or a list of `[start, stop)` ranges as an (R, 2) int64 array."""
+    return np.asarray(split, dtype=np.int64).reshape(-1, 2)
+
+
+def range_tiles(split) -> int:
+    """How many tiles the ranges of a split hold."""
+    ranges = as_ranges(split)
+    return int((ranges[:, 1] - ranges[:, 0]).clip(min=0).sum())
+
+
+def epoch_runs(runs: np.ndarray, *, seed: int, epoch: int, shuffle: bool, shard_tiles: int) -> np.ndarray:
+    """The shard runs in the order of this epoch: their shards permuted by `rng(seed, epoch)` (the runs of a
+    shard stay together, in store order), or as they are."""
+    if not shuffle or len(runs) == 0:
         return runs
-    return runs[np.random.default_rng([seed, epoch]).permutation(len(runs))]
+    shard = runs[:, 0] // shard_tiles
+    firsts = np.flatnonzero(np.concatenate([[True], shard[1:] != shard[:-1]]))
+    groups = np.split(np.arange(len(runs)), firsts[1:])
+    order = np.random.default_rng([seed, epoch]).permutation(len(groups))
+    return runs[np.concatenate([groups[i] for i in order])]
+
+
+SUBSET_RUN = 8  # tiles per run of a training subset: a strip of about 8 neighbouring tiles of one row
+
+
+def train_subset(split, fraction: float, *, seed: int, run: int = SUBSET_RUN) -> np.ndarray:
+    """The `round(fraction · n)` tiles of a split to train on, as a sorted (R, 2) array of disjoint ranges:
+    the split cut into runs of `run` neighbouring tiles, a random choice of them by `rng(seed)` (the last one
+    chosen shortened to make the count exact), neighbouring runs merged. `fraction=1` gives the whole split."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction={fraction} is not in (0, 1]")
+    ranges = as_ranges(split)
+    if fraction == 1:
+        return ranges
+    cuts = np.concatenate([np.stack([np.arange(a, b, run), np.minimum(np.arange(a, b, run) + run, b)], axis=1)
+                           for a, b in ranges] or [np.zeros((0, 2), dtype=np.int64)]).astype(np.int64)
+    want = round(fraction * range_tiles(ranges))
+    # a key of its own, apart from the epochs' rng([seed, epoch]): the subset stays the same every epoch
+    order = np.random.default_rng([seed, 0x5B5E7]).permutation(len(cuts))
+    sizes = cuts[order, 1] - cuts[order, 0]
+    count = int(np.searchsorted(np.cumsum(sizes), want, side="left")) + 1 if want else 0
+    chosen = cuts[order[:count]].copy()
+    if count:
+        chosen[-1, 1] -= int(sizes[:count].sum()) - want  # the last run chosen, shortened to the exact count
+    chosen = chosen[np.argsort(chosen[:, 0])]
+    merged: list[list[int]] = []
+    for a, b in chosen.tolist():
+        if merged and merged[-1][1] == a:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b])
+    return np.asarray(merged, dtype=np.int64).reshape(-1, 2)
 
 
 def rank_length(total: int, world_size: int, *, pad: bool) -> int:
@@ -95,7 +158,7 @@ class EpochPlan:
 
 
 def plan_epoch(
-    split: tuple[int, int],
+    split: tuple[int, int] | np.ndarray,
     shard_tiles: int,
     *,
     batch_size: int,
@@ -108,9 +171,10 @@ def plan_epoch(
     shuffle: bool,
     pad: bool,
 ) -> EpochPlan:
-    """What worker `worker` of rank `rank` reads in `epoch` (see the module docstring for the rules)."""
-    runs = epoch_runs(shard_runs(*split, shard_tiles), seed=seed, epoch=epoch, shuffle=shuffle)
-    length = rank_length(split[1] - split[0], world_size, pad=pad)
+    """What worker `worker` of rank `rank` reads in `epoch` (see the module docstring for the rules); `split`
+    is `(start, stop)` or a sorted list of disjoint ranges."""
+    runs = epoch_runs(split_runs(split, shard_tiles), seed=seed, epoch=epoch, shuffle=shuffle, shard_tiles=shard_tiles)
+    length = rank_length(range_tiles(split), world_size, pad=pad)
     rank_batches = num_batches(length, batch_size)
     first, stop = worker_batches(rank_batches, worker, workers)
     lo, hi = first * batch_size, min(stop * batch_size, length)

@@ -38,7 +38,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale import schema
-from eoscale.data.partition import num_batches, plan_epoch, rank_length
+from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length
 
 _EMPTY = 2**64 - 1  # a shard index entry of two of these marks a chunk never written (it reads as fill_value)
 
@@ -177,7 +177,8 @@ def _turn(a: np.ndarray, t: int) -> np.ndarray:
 
 
 class TileStream(IterableDataset):
-    """One split of a tile store as a stream of batches for one rank; see the module docstring.
+    """One split of a tile store as a stream of batches for one rank; see the module docstring. `split` is
+    `(start, stop)`, or a sorted list of disjoint ranges (a training subset, `partition.train_subset`).
 
     `rank` and `world_size` are fixed when the stream is made (in the main process: DataLoader workers have
     no process group). `set_epoch` changes the order; the epoch lives in a shared-memory tensor, so it reaches
@@ -187,7 +188,7 @@ class TileStream(IterableDataset):
     def __init__(
         self,
         store: str | os.PathLike,
-        split: tuple[int, int],
+        split: tuple[int, int] | np.ndarray,
         *,
         shard_tiles: int,
         batch_size: int,
@@ -207,7 +208,7 @@ class TileStream(IterableDataset):
         if not 0 <= ignore_index <= 255:
             raise ValueError(f"ignore_index={ignore_index} does not fit the uint8 labels")
         self.store = str(store)
-        self.split = (int(split[0]), int(split[1]))
+        self.split = as_ranges(split)  # (R, 2): one range, or a training subset's sorted ranges
         self.shard_tiles = shard_tiles
         self.batch_size = batch_size
         self.bands = None if bands is None else np.asarray(bands, dtype=np.int64)
@@ -227,7 +228,7 @@ class TileStream(IterableDataset):
 
     @property
     def tiles_per_rank(self) -> int:
-        return rank_length(self.split[1] - self.split[0], self.world_size, pad=self.pad)
+        return rank_length(range_tiles(self.split), self.world_size, pad=self.pad)
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (the same on every rank)."""

@@ -7,6 +7,7 @@ import warnings
 from pathlib import Path
 
 import lightning as L
+import numpy as np
 import pytest
 import torch
 import zarr
@@ -167,9 +168,44 @@ def test_batch_larger_than_a_rank_share_is_refused(store):
         TileDataModule(store, batch_size=1000).setup("fit")
 
 
+def test_train_fraction_trains_on_a_fixed_subset_and_leaves_evaluation_whole(store):
+    dm = TileDataModule(store, batch_size=4, num_workers=0, train_fraction=0.1, seed=2)
+    dm.setup("fit")
+    start, stop = dm.split_range("train")
+    subset = {t for a, b in dm.tile_ranges("train") for t in range(a, b)}
+    assert len(subset) == round(0.1 * (stop - start)) and subset <= set(range(start, stop))
+    loader = dm.train_dataloader()
+    epochs = []
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        epochs.append([t for batch in loader for t in batch["tile"].tolist()])
+    assert sorted(epochs[0]) == sorted(epochs[1]) == sorted(subset)  # once per epoch, the same subset
+    assert epochs[0] != epochs[1] and len(loader) == -(-len(subset) // 4)
+    assert [t for b in dm.val_dataloader() for t in b["tile"].tolist()] == list(range(*dm.split_range("val")))
+    again = TileDataModule(store, train_fraction=0.1, seed=2).tile_ranges("train")
+    assert np.array_equal(again, dm.tile_ranges("train"))  # deterministic from the seed
+    other = TileDataModule(store, train_fraction=0.1, seed=3).tile_ranges("train")
+    assert not np.array_equal(other, dm.tile_ranges("train"))
+    # class weights count only the labels trained on
+    weights = dm.class_weights()
+    counts = zarr.open_array(str(Path(store) / schema.CLASS_COUNTS), mode="r").oindex[sorted(subset)].sum(0)
+    present = counts > 0
+    expected = np.zeros(len(counts))
+    expected[present] = counts.sum() / (present.sum() * counts[present])
+    np.testing.assert_allclose(weights.numpy(), expected, rtol=1e-6)
+
+
+def test_train_fraction_smaller_than_a_batch_is_refused(store):
+    with pytest.raises(InputError, match=r"batch_size=32 is larger .*\(20 tiles on each of 1 ranks, train_fraction=0.1\)"
+                                         r": use a batch size of at most 20 or a larger train_fraction"):
+        TileDataModule(store, batch_size=32, train_fraction=0.1).setup("fit")
+
+
 @pytest.mark.parametrize("options, match", [
     ({"batch_size": 0}, "batch_size must be at least 1"),
     ({"predict_split": "holdout"}, "choose one of train, val, test"),
+    ({"train_fraction": 0}, "train_fraction must be more than 0 and at most 1, got 0"),
+    ({"train_fraction": 1.5}, "train_fraction must be more than 0 and at most 1, got 1.5"),
 ])
 def test_bad_options_are_refused_at_once(store, options, match):
     with pytest.raises(InputError, match=match):

@@ -1,4 +1,5 @@
-"""Exactly once across ranks and workers: 2 gloo processes × 2 DataLoader workers, as DDP runs them."""
+"""Exactly once across ranks and workers: 2 gloo processes × 2 DataLoader workers, as DDP runs them; also over
+a training subset (`train_fraction`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
-WORLD, WORKERS, BATCH = 2, 2, 8
+WORLD, WORKERS, BATCH, FRACTION = 2, 2, 8, 0.25
 
 
 def _rank_main(rank: int, store: str, out: str, init: str) -> None:
@@ -29,6 +30,12 @@ def _rank_main(rank: int, store: str, out: str, init: str) -> None:
         result["len_train"] = len(loader)
         result["val"] = [batch["tile"].tolist() for batch in dm.val_dataloader()]
         result["len_val"] = len(dm.val_dataloader())
+        subset = TileDataModule(store, batch_size=BATCH, num_workers=WORKERS, seed=7, train_fraction=FRACTION)
+        subset.setup("fit")
+        loader = subset.train_dataloader()
+        result["subset"] = [t for batch in loader for t in batch["tile"].tolist()]
+        result["len_subset"] = len(loader)
+        result["subset_ranges"] = subset.tile_ranges("train").tolist()
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()
     finally:
@@ -60,3 +67,12 @@ def test_two_ranks_two_workers_deliver_each_tile_once(store, tmp_path):
     assert sum(counts.values()) - (vstop - vstart) == (-(vstop - vstart)) % WORLD  # repeats at most WORLD - 1
     assert [len(r["val"]) for r in ranks] == [r["len_val"] for r in ranks]
     assert len({len(r["val"]) for r in ranks}) == 1
+
+    # a training subset: the same on both ranks, each of its tiles at most once, fewer than WORLD dropped
+    assert ranks[0]["subset_ranges"] == ranks[1]["subset_ranges"]
+    subset = {t for a, b in ranks[0]["subset_ranges"] for t in range(a, b)}
+    assert len(subset) == round(FRACTION * n)
+    tiles = [t for r in ranks for t in r["subset"]]
+    assert len(tiles) == len(set(tiles)) and set(tiles) <= subset
+    assert len(subset) - len(tiles) == len(subset) % WORLD
+    assert ranks[0]["len_subset"] == ranks[1]["len_subset"] == -(-(len(subset) // WORLD) // BATCH)

@@ -1,4 +1,5 @@
-"""Partition: every tile of a split once per epoch across ranks and workers, within the documented bound."""
+"""Partition: every tile of a split (or of a training subset) once per epoch across ranks and workers, within the
+documented bound; training subsets of the exact size, in strips, from the seed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from eoscale.data.partition import num_batches, plan_epoch, rank_length, shard_runs, take, worker_batches
+from eoscale.data.partition import (
+    SUBSET_RUN,
+    epoch_runs,
+    num_batches,
+    plan_epoch,
+    range_tiles,
+    rank_length,
+    shard_runs,
+    split_runs,
+    take,
+    train_subset,
+    worker_batches,
+)
 
 
 def test_shard_runs_cut_a_split_at_shard_boundaries():
@@ -44,7 +57,7 @@ def _epoch(split, *, world, workers, batch, epoch=0, seed=0, shuffle=True, shard
             assert plan.tiles > (plan.batches - 1) * batch or plan.batches == 0
             got += ids
             count += plan.batches
-            assert plan.rank_batches == num_batches(rank_length(split[1] - split[0], world, pad=not shuffle), batch)
+            assert plan.rank_batches == num_batches(rank_length(range_tiles(split), world, pad=not shuffle), batch)
         tiles[rank], batches[rank] = got, count
     return tiles, batches
 
@@ -79,3 +92,45 @@ def test_order_changes_with_the_epoch_and_repeats_with_the_seed():
     assert _epoch((0, 200), world=2, workers=2, batch=4, epoch=0)[0] == first
     assert _epoch((0, 200), world=2, workers=2, batch=4, epoch=1)[0] != first
     assert _epoch((0, 200), world=2, workers=2, batch=4, epoch=0, seed=1)[0] != first
+
+
+@pytest.mark.parametrize("fraction", [0.01, 0.1, 0.33, 0.5, 0.999, 1.0])
+@pytest.mark.parametrize("split", [(5, 101), (0, 845), (3, 10)])
+def test_train_subset_has_the_exact_count_in_strips_of_the_split(split, fraction):
+    ranges = train_subset(split, fraction, seed=4)
+    n = split[1] - split[0]
+    assert range_tiles(ranges) == round(fraction * n)
+    assert (ranges[:, 0] < ranges[:, 1]).all() and (ranges[1:, 0] > ranges[:-1, 1]).all()  # sorted, disjoint, merged
+    assert ranges.size == 0 or (split[0] <= ranges[0, 0] and ranges[-1, 1] <= split[1])
+    if 0 < round(fraction * n) < n:
+        # spatially coherent: runs of neighbouring tiles, not scattered single tiles
+        assert (ranges[:, 1] - ranges[:, 0]).mean() >= min(SUBSET_RUN, round(fraction * n)) / 2
+    assert np.array_equal(train_subset(split, fraction, seed=4), ranges)  # deterministic
+    if 0 < round(fraction * n) < n and n > 50:
+        assert not np.array_equal(train_subset(split, fraction, seed=5), ranges)  # ... from the seed
+
+
+def test_train_subset_refuses_fractions_outside_zero_to_one():
+    for fraction in (0, -0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="not in"):
+            train_subset((0, 10), fraction, seed=0)
+
+
+@pytest.mark.parametrize("world,workers,batch", list(itertools.product([1, 2, 3], [1, 2], [1, 4, 8])))
+def test_a_list_of_ranges_is_delivered_once_and_each_shard_read_in_one_go(world, workers, batch):
+    split = train_subset((5, 301), 0.3, seed=1)
+    assert len(split) > 3
+    wanted = {t for a, b in split for t in range(a, b)}
+    n = len(wanted)
+    tiles, batches = _epoch(split, world=world, workers=workers, batch=batch)
+    delivered = [t for ids in tiles.values() for t in ids]
+    assert len(delivered) == len(set(delivered)) and set(delivered) <= wanted
+    assert n - len(delivered) == n % world
+    assert len(set(batches.values())) == 1 and batches[0] == num_batches(n // world, batch)
+    evaluation, _ = _epoch(split, world=world, workers=workers, batch=batch, shuffle=False)
+    assert {t for ids in evaluation.values() for t in ids} == wanted
+    # the epoch's order keeps the runs of a shard together: one shard file read per shard (and worker edge)
+    runs = epoch_runs(split_runs(split, 8), seed=0, epoch=2, shuffle=True, shard_tiles=8)
+    shards = (runs[:, 0] // 8).tolist()
+    assert sorted(shards) == (split_runs(split, 8)[:, 0] // 8).tolist()
+    assert len({s for s in shards}) == sum(1 for a, b in zip([None] + shards, shards, strict=False) if a != b)
