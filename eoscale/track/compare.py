@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eoscale.errors import InputError, InputNotFoundError
+from eoscale.track.store import artifact_location, default_tracking_uri, sqlite_path
 
 EXPERIMENT = "eoscale"  # where `eoscale fit` logs (eoscale.train.tracking.MLflowLogger's default)
 COMPARE_EXPERIMENT = "eoscale-compare"
@@ -34,23 +35,6 @@ PEAK_MEMORY = "memory/peak_mb"
 # what identifies "the same model and data" for the efficiency baseline: no paths, which differ by machine
 GROUP_PARAMS = ("run/model", "run/backbone", "data/bands", "data/tile_size", "data/classes")
 MISSING = "–"
-
-
-def default_tracking_uri(root_dir: str | os.PathLike | None = None) -> str:
-    """`MLFLOW_TRACKING_URI`, else `sqlite:///<root_dir or cwd>/mlflow.db`: the store `eoscale fit` writes.
-
-    The same rule as `eoscale.train.tracking.default_tracking_uri` (a test keeps them equal), repeated here
-    so that `eoscale compare` does not import torch.
-    """
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    return f"sqlite:///{Path(root_dir or '.').resolve() / 'mlflow.db'}"
-
-
-def sqlite_path(uri: str) -> Path:
-    """The database file of a `sqlite:///relative` or `sqlite:////absolute` URI."""
-    return Path(uri.split(":///", 1)[-1])
 
 
 @dataclass
@@ -331,10 +315,7 @@ def log_comparison(client, comparison: Comparison, files: Sequence[Path]) -> str
     try:
         experiment = client.get_experiment_by_name(COMPARE_EXPERIMENT)
         if experiment is None:
-            location = None
-            uri = comparison.tracking_uri
-            if uri.startswith("sqlite:"):  # beside the store, like `eoscale fit`, not in the working directory
-                location = (sqlite_path(uri).resolve().parent / "mlartifacts").as_uri()
+            location = artifact_location(comparison.tracking_uri)  # beside a SQLite store, like `eoscale fit`
             experiment_id = client.create_experiment(COMPARE_EXPERIMENT, artifact_location=location)
         else:
             experiment_id = experiment.experiment_id

@@ -3,7 +3,8 @@
 `MLflowLogger` is Lightning's `MLFlowLogger` with eoscale's defaults and manners:
 
 - the tracking URI is `MLFLOW_TRACKING_URI` if set, else an embedded SQLite store in the run directory,
-  `sqlite:///<root_dir>/mlflow.db` with artifacts in `<root_dir>/mlartifacts` (a URI is always passed:
+  `sqlite:///<root_dir>/mlflow.db`; a SQLite store keeps its artifacts in `mlartifacts/` beside the database
+  file, whoever makes its experiments (a URI is always passed:
   Lightning's own default, `file:./mlruns`, raises in MLflow 3);
 - a tracking server that fails (at the start or mid-run) costs one warning, not the run: logging stops,
   training goes on, and every metric is also appended to `metrics.csv` in the run's local folder
@@ -38,16 +39,10 @@ from lightning.fabric.loggers.logger import _DummyExperiment
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 
+from eoscale.track.store import artifact_location, default_tracking_uri
+
 HTTP_RETRIES = "2"  # MLflow's default retries with backoff for minutes before giving up on a dead server
 HTTP_TIMEOUT = "20"
-
-
-def default_tracking_uri(root_dir: str | os.PathLike | None = None) -> str:
-    """`MLFLOW_TRACKING_URI`, else the SQLite store `<root_dir or cwd>/mlflow.db`."""
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    return f"sqlite:///{Path(root_dir or '.').resolve() / 'mlflow.db'}"
 
 
 def _guarded(method):
@@ -94,7 +89,7 @@ class MLflowLogger(MLFlowLogger):
         artifacts = None
         if uri.startswith("sqlite:"):
             self._run_root.mkdir(parents=True, exist_ok=True)
-            artifacts = (self._run_root / "mlartifacts").as_uri()
+            artifacts = artifact_location(uri)
         elif uri.startswith(("http:", "https:")):
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
             os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT)

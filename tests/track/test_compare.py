@@ -98,14 +98,6 @@ def test_default_store_is_the_one_fit_writes(tmp_path, monkeypatch):
     assert cmp.default_tracking_uri(tmp_path) == "http://example.invalid:1"
 
 
-@pytest.mark.slow  # imports torch and Lightning
-def test_same_rule_as_training():
-    from eoscale.train.tracking import default_tracking_uri
-
-    for root in (None, "runs/smoke"):
-        assert cmp.default_tracking_uri(root) == default_tracking_uri(root)
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [

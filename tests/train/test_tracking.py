@@ -37,6 +37,20 @@ def test_default_uri(monkeypatch, tmp_path: Path):
     assert MLflowLogger(tracking_uri="http://other:5000", root_dir=str(tmp_path))._tracking_uri == "http://other:5000"
 
 
+def test_shared_sqlite_store_keeps_artifacts_beside_it(monkeypatch, tmp_path: Path):
+    """Runs of several root folders (pretrain, fit, predict) in one SQLite store: one `mlartifacts/`, beside it,
+    not in the first run's folder nor in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///shared/mlflow.db")
+    (tmp_path / "shared").mkdir()
+    logger = MLflowLogger(experiment_name="a", root_dir=str(tmp_path / "runs" / "one"))
+    logger.log_hyperparams({"x": 1})  # the experiment and the run are made on first use
+    client = MlflowClient(logger._tracking_uri)
+    experiment = client.get_experiment_by_name("a")
+    assert experiment.artifact_location == (tmp_path / "shared" / "mlartifacts").as_uri()
+    logger.finalize("success")
+
+
 def test_server_gone_mid_run_keeps_training(store: Path, tmp_path: Path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
