@@ -98,7 +98,8 @@ def open_raster(path: str) -> rasterio.io.DatasetReader:
 def check_crs(path: str, crs: CRS | None) -> CRS:
     if crs is None:
         raise InputError(
-            f"{path!r} has no CRS: assign one (e.g. 'rio edit-info --crs EPSG:32632 {path}') and ingest again"
+            f"{path!r} has no CRS: give it its CRS (e.g. 'gdal_edit.py -a_srs EPSG:<code> {path}') "
+            "and run the command again"
         )
     return crs
 

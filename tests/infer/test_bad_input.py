@@ -55,7 +55,9 @@ def test_scene_bands_in_another_order_are_matched_by_name(checkpoint, scene, tmp
 def test_scene_without_crs(checkpoint, tmp_path, capsys):
     scene = tmp_path / "nocrs.tif"
     write_scene(scene, height=40, width=50, crs=None)
-    _fails(capsys, _args(checkpoint, scene, tmp_path / "out"), "nocrs.tif", "has no CRS")
+    line = _fails(capsys, _args(checkpoint, scene, tmp_path / "out"), str(scene), "has no CRS",
+                  f"gdal_edit.py -a_srs EPSG:<code> {scene}")
+    assert "ingest" not in line  # the hint fits predict as well as ingest
 
 
 def test_checkpoint_that_does_not_exist(scene, tmp_path, capsys):
