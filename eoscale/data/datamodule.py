@@ -52,7 +52,9 @@ from eoscale import schema
 from eoscale.classes import ClassTable
 from eoscale.data.partition import train_subset
 from eoscale.data.store import open_store, read_store_attrs
-from eoscale.data.stream import Handover, TileStream
+from eoscale.data.augment import dihedral
+from eoscale.data.handover import Handover
+from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
 
 
@@ -232,11 +234,18 @@ class TileDataModule(LightningDataModule):
     def normalise(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The loader's compact batch as models take it, on the batch's device: uint16 images become float32
         normalised with the store's statistics of the chosen bands (0 wherever any chosen band is nodata),
-        uint8 labels become int64 (`ignore_index` stays). Anything already converted is left as it is, so
-        calling it twice is harmless. Lightning calls it through `on_after_batch_transfer`; call it yourself
-        when iterating a dataloader by hand (after `.to(device)`, so that the conversion runs there)."""
+        uint8 labels become int64 (`ignore_index` stays); a training batch's "turn" (one of the 8 symmetries
+        per tile, drawn in the workers) turns image and label alike (`eoscale.data.augment`), and is dropped.
+        Anything already converted is left as it is, so calling it twice is harmless. Lightning calls it through
+        `on_after_batch_transfer`; call it yourself when iterating a dataloader by hand (after `.to(device)`, so
+        that the conversion and the turns run there)."""
         out = dict(batch)
-        image = batch.get("image")
+        turn = out.pop("turn", None)
+        if turn is not None:
+            out["image"], out["label"] = dihedral(out["image"], out.get("label"), turn)
+            if out["label"] is None:
+                del out["label"]
+        image = out.get("image")
         if image is not None and image.dtype == torch.uint16:
             mean, scale = self._normalisation(image.device)
             nodata = float(self.attrs[schema.ATTR_NODATA])
@@ -246,7 +255,7 @@ class TileDataModule(LightningDataModule):
             keep = x.amin(dim=1, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).any(dim=1, keepdim=True)
             # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0)
             out["image"] = x.sub_(mean).mul_(scale).mul_(keep)
-        label = batch.get("label")
+        label = out.get("label")
         if label is not None and label.dtype == torch.uint8:
             out["label"] = label.to(torch.int64)
         return out

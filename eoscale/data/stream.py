@@ -24,38 +24,69 @@ per 32.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import torch
 import zarr
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale import schema
+from eoscale.data.handover import Handover, shared_empty
 from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length
 
 _EMPTY = 2**64 - 1  # a shard index entry of two of these marks a chunk never written (it reads as fill_value)
 
 
 class ShardReader:
-    """Reads runs of whole tiles (along the first axis) from one sharded Zarr v3 array, a shard at a time."""
+    """Reads whole tiles (along the first axis) of one sharded Zarr v3 array: `chunks` gives a run's tiles as
+    stored (encoded, on the direct path), `decode` writes one of them into an array of the tile's shape."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.array = zarr.open_array(str(path), mode="r")
         self.tile_shape = tuple(self.array.shape[1:])
         self.dtype = self.array.dtype
         self._direct = _direct_layout(self.array)
+        self._shard: tuple[int, list | None] = (-1, None)  # the last shard's chunks, for its next run
 
     @property
     def direct(self) -> bool:
         """Whether reads bypass zarr's codec pipeline (see the module docstring)."""
         return self._direct is not None
+
+    def chunks(self, start: int, stop: int) -> list:
+        """Tiles `[start, stop)` of one shard, as stored: on the direct path, each tile's encoded chunk (a
+        memoryview of the shard file, read once for consecutive runs of one shard; None: never written);
+        otherwise, decoded arrays read through zarr."""
+        if self._direct is None:
+            return list(self.array[start:stop])
+        shard, first = divmod(start, self._direct.shard_tiles)
+        if self._shard[0] != shard:
+            self._shard = (shard, self._direct.chunks(shard))
+        chunks = self._shard[1]
+        return [None] * (stop - start) if chunks is None else chunks[first : first + stop - start]
+
+    def decode(self, chunk, out: np.ndarray) -> None:
+        """Write one tile that `chunks` gave into `out` (an array of the tile's shape and dtype)."""
+        if chunk is None:
+            out[...] = self._direct.fill  # never written: reads as fill_value, as in zarr
+        elif self._direct is None:
+            out[...] = chunk
+        else:
+            self._direct.decode(chunk, out)
+
+    @staticmethod
+    def detach(chunk):
+        """A chunk that `chunks` gave, copied out of the shard it came from, so that keeping it does not keep
+        the whole shard in memory."""
+        if isinstance(chunk, memoryview):
+            return bytes(chunk)
+        if isinstance(chunk, np.ndarray) and chunk.base is not None:
+            return chunk.copy()
+        return chunk  # None, or copied out already
 
     def read(self, start: int, stop: int) -> np.ndarray:
         """Tiles `[start, stop)` as one array."""
@@ -66,10 +97,9 @@ class ShardReader:
         shard_tiles = self._direct.shard_tiles
         position = start
         while position < stop:
-            shard = position // shard_tiles
-            end = min(stop, (shard + 1) * shard_tiles)
-            self._direct.read(shard, position - shard * shard_tiles, end - shard * shard_tiles,
-                              out[position - start : end - start])
+            end = min(stop, (position // shard_tiles + 1) * shard_tiles)
+            for i, chunk in enumerate(self.chunks(position, end), start=position - start):
+                self.decode(chunk, out[i])
             position = end
         return out
 
@@ -105,15 +135,6 @@ class _DirectShards:
         view = memoryview(data)
         return [None if offset == _EMPTY else view[offset : offset + size] for offset, size in index]
 
-    def read(self, shard: int, first: int, stop: int, out: np.ndarray) -> None:
-        chunks = self.chunks(shard)
-        for j in range(first, stop):
-            chunk = None if chunks is None else chunks[j]
-            if chunk is None:
-                out[j - first] = self.fill  # never written: reads as fill_value, as in zarr
-            else:
-                self.decode(chunk, out[j - first])
-
 
 def _direct_layout(array: zarr.Array) -> _DirectShards | None:
     """The direct reader for `array` if it has the plain layout `eoscale ingest` writes, else None."""
@@ -148,32 +169,6 @@ def _direct_layout(array: zarr.Array) -> _DirectShards | None:
     if index_codecs[1:] and (len(index_codecs) != 2 or not isinstance(index_codecs[1], Crc32cCodec)):
         return None
     return _DirectShards(array, decode, checksum=len(index_codecs) == 2, index_at_end=sharding.index_location.value == "end")
-
-
-def dihedral(image: np.ndarray, label: np.ndarray | None, choice: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """Tile `i` turned by `choice[i]` in 0..7: rotated by 90°·(choice % 4), then mirrored left–right if
-    choice ≥ 4 (the 8 symmetries of a square). Image `(B, C, T, T)` and label `(B, T, T)` move together."""
-    out_image = np.empty_like(image)
-    out_label = None if label is None else np.empty_like(label)
-    for t in np.unique(choice):
-        where = np.flatnonzero(choice == t)
-        out_image[where] = _turn(image[where], int(t))
-        if label is not None:
-            out_label[where] = _turn(label[where], int(t))
-    return out_image, out_label
-
-
-def _turn(a: np.ndarray, t: int) -> np.ndarray:
-    """`a` (..., T, T) as `np.rot90(a, t % 4, axes=(-2, -1))`, mirrored left–right if t ≥ 4: a view, made with
-    plain slicing (np.rot90 and np.flip cost ~15 µs a call in their argument checks, a third of a tile's turn)."""
-    k = t % 4
-    if k == 1:
-        a = a[..., ::-1].swapaxes(-1, -2)
-    elif k == 2:
-        a = a[..., ::-1, ::-1]
-    elif k == 3:
-        a = a.swapaxes(-1, -2)[..., ::-1]
-    return a[..., ::-1] if t >= 4 else a
 
 
 class TileStream(IterableDataset):
@@ -251,24 +246,18 @@ class TileStream(IterableDataset):
         plan = plan_epoch(self.split, self.shard_tiles, batch_size=self.batch_size, rank=self.rank,
                           world_size=self.world_size, worker=worker, workers=workers, seed=self.seed,
                           epoch=epoch, shuffle=self.shuffle, pad=self.pad)
-        images, labels, complete = self._open()
+        images, labels, _ = self._open()
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         block = max(self.shuffle_shards * self.shard_tiles, self.batch_size) if self.shuffle else self.batch_size
-        pieces: list[_Piece] = []
-        made = buffered = 0
-        for start, stop in plan.ranges:
-            image = images.read(start, stop)
-            if self.bands is not None:
-                image = image[:, self.bands]  # once per run: the buffer then holds only the chosen bands
-            pieces.append(_Piece(image, labels.read(start, stop) if labels else None,
-                                 np.arange(start, stop, dtype=np.int64), complete[start:stop]))
-            buffered += stop - start
-            if buffered >= block:
-                for batch in self._drain(pieces, rng, final=False):
+        buffer = _Buffer()
+        made = 0
+        for start, stop in plan.ranges.tolist():
+            buffer.add(images.chunks(start, stop), labels.chunks(start, stop) if labels else None, start, stop)
+            if len(buffer.tiles) >= block:
+                for batch in self._drain(buffer, rng, final=False):
                     made += 1
                     yield batch
-                buffered = sum(len(p.tile) for p in pieces)
-        for batch in self._drain(pieces, rng, final=True):
+        for batch in self._drain(buffer, rng, final=True):
             made += 1
             yield batch
         assert made == plan.batches, f"worker {worker} made {made} batches, planned {plan.batches}"
@@ -283,161 +272,75 @@ class TileStream(IterableDataset):
             self._readers = (os.getpid(), ShardReader(root / schema.IMAGES), labels, complete)
         return self._readers[1:]
 
-    def _drain(self, pieces: list[_Piece], rng: np.random.Generator, *, final: bool) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches from the buffered tiles (shuffled for training); without `final`, a remainder smaller than
-        a batch stays in `pieces`, to be mixed with the next shards."""
-        sizes = [len(p.tile) for p in pieces]
-        total = sum(sizes)
-        which = np.repeat(np.arange(len(pieces)), sizes)
-        row = np.arange(total) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        if self.shuffle:
-            order = rng.permutation(total)
-            which, row = which[order], row[order]
+    def _drain(self, buffer: _Buffer, rng: np.random.Generator, *, final: bool) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches from the buffered tiles (in a random order for training); without `final`, a remainder
+        smaller than a batch stays in the buffer (copied out of its shards), to be mixed with the next shards."""
+        total = len(buffer.tiles)
+        order = rng.permutation(total) if self.shuffle else np.arange(total)
         stop = total if final else total - total % self.batch_size
-        buffered = list(pieces)
-        pieces.clear()
-        if stop < total:  # the remainder, copied out so the pieces it came from can be freed
-            rest = [(buffered[w], r) for w, r in zip(which[stop:], row[stop:], strict=True)]
-            pieces.append(_Piece(
-                np.stack([p.image[r] for p, r in rest]),
-                None if rest[0][0].label is None else np.stack([p.label[r] for p, r in rest]),
-                np.array([p.tile[r] for p, r in rest], dtype=np.int64),
-                np.array([p.complete[r] for p, r in rest], dtype=bool),
-            ))
         for i in range(0, stop, self.batch_size):
-            chosen = slice(i, min(i + self.batch_size, stop))
-            yield self._batch([(buffered[w], r) for w, r in zip(which[chosen], row[chosen], strict=True)], rng)
+            yield self._batch(buffer, order[i : i + self.batch_size], rng)
+        buffer.keep(order[stop:])
 
-    def _batch(self, tiles: list[tuple[_Piece, int]], rng: np.random.Generator) -> dict:
-        """One batch as stored: each tile is read once from the buffer (turned, through a view) and written once
-        into the batch; where a tile has nodata, its label is set to `ignore_index` under it."""
-        n, (channels, size) = len(tiles), tiles[0][0].image.shape[1:3]
+    def _batch(self, buffer: _Buffer, which: np.ndarray, rng: np.random.Generator) -> dict:
+        """One batch as stored, of the buffered tiles `which`: each tile decoded straight into its place in the
+        batch (no copy in between; with a band subset, into scratch, then the chosen bands copied); where a tile
+        has nodata, its label is set to `ignore_index` under it. Augmented batches carry a random "turn" per
+        tile, applied on the device (`eoscale.data.augment`)."""
+        images, labels, complete = self._open()
+        n, size, channels = len(which), images.tile_shape[-1], images.tile_shape[0]
+        channels = channels if self.bands is None else len(self.bands)
         if self.handover is not None:
-            x, y, tile, batch = self.handover.take(n, channels, size, labels=self.labels, batch_size=self.batch_size)
+            x, y, tile, turn, batch = self.handover.take(n, channels, size, labels=self.labels, turns=self.augment,
+                                                         batch_size=self.batch_size)
         else:
-            image = _output((n, channels, size, size), torch.uint16)
-            label = _output((n, size, size), torch.uint8) if self.labels else None
-            tile = np.empty(n, dtype=np.int64)
+            image = shared_empty((n, channels, size, size), torch.uint16)
+            label = shared_empty((n, size, size), torch.uint8) if self.labels else None
+            tile, turn = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint8) if self.augment else None
             x, y = image.numpy(), None if label is None else label.numpy()
-            batch = {"image": image, "tile": torch.from_numpy(tile)} | ({"label": label} if self.labels else {})
-        turns = rng.integers(0, 8, n).tolist() if self.augment else [0] * n
-        for i, (piece, r) in enumerate(tiles):
-            x[i] = _turn(piece.image[r], turns[i])
-            tile[i] = piece.tile[r]
-            if y is not None:
-                y[i] = _turn(piece.label[r], turns[i])
-                if not piece.complete[r]:
-                    y[i][(x[i] == self.nodata).any(axis=0)] = self.ignore_index  # a pixel with any band missing
+            batch = ({"image": image, "tile": torch.from_numpy(tile)} | ({"label": label} if self.labels else {})
+                     | ({"turn": torch.from_numpy(turn)} if self.augment else {}))
+        tile[:] = buffer.tiles[which]
+        order = which.tolist()
+        if self.bands is None:
+            decode = images.decode
+            for i, k in enumerate(order):
+                decode(buffer.images[k], x[i])
+        else:
+            scratch = np.empty(images.tile_shape, dtype=images.dtype)
+            for i, k in enumerate(order):
+                images.decode(buffer.images[k], scratch)
+                x[i] = scratch[self.bands]
+        if y is not None:
+            decode = labels.decode
+            for i, k in enumerate(order):
+                decode(buffer.labels[k], y[i])
+            for i in np.flatnonzero(~complete[tile]).tolist():  # a pixel with any band missing
+                missing = x[i].min(axis=0) == 0 if self.nodata == 0 else (x[i] == self.nodata).any(axis=0)
+                y[i][missing] = self.ignore_index
+        if turn is not None:
+            turn[:] = rng.integers(0, 8, n, dtype=np.uint8)
         return batch
 
 
-class _Piece(NamedTuple):
-    """Tiles read in one go (a run of one shard), waiting in the shuffle buffer."""
+class _Buffer:
+    """The shuffle buffer: tiles as stored (encoded chunks, about half the bytes of decoded tiles), waiting to
+    be drawn into batches."""
 
-    image: np.ndarray  # (n, bands, T, T) as stored, the chosen bands only
-    label: np.ndarray | None  # (n, T, T)
-    tile: np.ndarray  # (n,) tile ids
-    complete: np.ndarray  # (n,) True where the tile has no nodata pixel
+    def __init__(self) -> None:
+        self.images: list = []
+        self.labels: list = []
+        self.tiles = np.zeros(0, dtype=np.int64)
 
+    def add(self, images: list, labels: list | None, start: int, stop: int) -> None:
+        self.images += images
+        if labels is not None:
+            self.labels += labels
+        self.tiles = np.concatenate([self.tiles, np.arange(start, stop, dtype=np.int64)])
 
-def _output(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An empty tensor for a batch; in a DataLoader worker, in shared memory already, as `default_collate`
-    does, so that handing it to the main process does not copy it once more."""
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
-
-
-class Handover:
-    """Batch buffers in shared memory that `TileLoader`'s workers fill again once the main process let go.
-
-    Why: a fresh shared-memory buffer per batch (what `default_collate` does) cost 3–6 ms per 32 tiles of
-    10×64×64 here, mostly page faults on its new pages: as much as decoding the tiles. How, safely: each
-    worker keeps up to `SLOTS` buffers. A batch travels as one flat uint8 tensor (tile ids, images, labels;
-    one file descriptor to pass instead of three) with a ticket; the main process unpacks it into views and
-    keeps a weak reference to its storage. When that has expired, no tensor in the main process uses the
-    buffer any more (views, pinned copies and batches held by the caller all keep it alive), and the main
-    process writes the ticket into `state[worker, slot]`, shared memory made before the workers start; the
-    worker reuses a buffer only when its state shows the ticket it was sent with, so a late release from an
-    earlier worker process cannot free a buffer of the current one. A worker with no free buffer takes a
-    fresh one, so a caller that keeps batches only loses the speed-up.
-    """
-
-    SLOTS = 8  # in flight per worker: prefetch_factor (2) queued, plus the batches the consumer holds
-
-    def __init__(self, workers: int) -> None:
-        self.state = torch.zeros((workers, self.SLOTS), dtype=torch.int64).share_memory_()
-        self._held: list[tuple[int, int, int, StorageWeakRef]] = []  # main process: (worker, slot, ticket, storage)
-        self._buffers: list[tuple[torch.Tensor, int]] = []  # a worker's: (buffer, ticket it was last sent with)
-        self._tickets = 0
-
-    def __getstate__(self) -> dict:
-        return {"state": self.state, "_held": [], "_buffers": [], "_tickets": 0}
-
-    # --- in a worker ------------------------------------------------------------------------------------
-    def take(self, n: int, channels: int, size: int, *, labels: bool, batch_size: int):
-        """Numpy views to fill (images, labels or None, tile ids) and the batch to yield for `n` tiles."""
-        worker, state = get_worker_info().id, self.state.numpy()
-        need = _packed_bytes(batch_size, channels, size, labels)
-        self._tickets += 1
-        ticket = os.getpid() << 32 | self._tickets  # unique across worker processes
-        slot = next((i for i, (buffer, sent) in enumerate(self._buffers)
-                     if state[worker, i] == sent and len(buffer) >= need), -1)
-        if slot < 0 and len(self._buffers) < self.SLOTS:
-            slot = len(self._buffers)
-            self._buffers.append((_output((need,), torch.uint8), 0))
-        buffer = self._buffers[slot][0] if slot >= 0 else _output((need,), torch.uint8)
-        if slot >= 0:
-            self._buffers[slot] = (buffer, ticket)
-            state[worker, slot] = 0  # in use
-        image, label, tile = _unpack(buffer.numpy(), n, channels, size, labels)
-        wire = {"packed": buffer[: _packed_bytes(n, channels, size, labels)],
-                "layout": (worker, slot, ticket, n, channels, size, labels)}
-        return image, label, tile, {_WIRE: wire}
-
-    # --- in the main process ----------------------------------------------------------------------------
-    def received(self, batch: object) -> None:
-        """Note a batch that arrived from a worker, and let the workers have back the buffers no longer used.
-        Called on every batch received, also on those a new epoch's start throws away."""
-        state, still = self.state.numpy(), []
-        for held_worker, held_slot, held_ticket, storage in self._held:
-            if storage.expired():
-                state[held_worker, held_slot] = held_ticket  # free for the worker to fill again
-            else:
-                still.append((held_worker, held_slot, held_ticket, storage))
-        self._held = still
-        if isinstance(batch, dict) and _WIRE in batch and batch[_WIRE]["layout"][1] >= 0:
-            worker, slot, ticket = batch[_WIRE]["layout"][:3]
-            self._held.append((worker, slot, ticket, StorageWeakRef(batch[_WIRE]["packed"].untyped_storage())))
-
-    @staticmethod
-    def unpack(batch: dict) -> dict:
-        """The batch a worker sent as `{"image", "label", "tile"}`: views of its buffer, but for the tile ids,
-        copied out so that keeping them does not keep the buffer."""
-        if _WIRE not in batch:
-            return batch
-        packed, (_, _, _, n, channels, size, labels) = batch[_WIRE]["packed"], batch[_WIRE]["layout"]
-        image, label, tile = _unpack(packed, n, channels, size, labels)
-        return {"image": image, "tile": tile.clone()} | ({"label": label} if labels else {})
-
-
-_WIRE = "_eoscale_packed"  # the key of a packed batch between a worker and TileLoader
-
-
-def _packed_bytes(n: int, channels: int, size: int, labels: bool) -> int:
-    return 8 * n + 2 * n * channels * size * size + (n * size * size if labels else 0)
-
-
-def _unpack(flat, n: int, channels: int, size: int, labels: bool):
-    """(images uint16 (n, C, T, T), labels uint8 (n, T, T) or None, tile ids int64 (n,)) as views of a flat
-    uint8 buffer (numpy array or tensor): tile ids first, so that every part is aligned to its item size."""
-    image_at, label_at = 8 * n, 8 * n + 2 * n * channels * size * size
-    as_type = (lambda a, t: a.view(t)) if isinstance(flat, np.ndarray) else (lambda a, t: a.view(_TORCH[t]))
-    tile = as_type(flat[:image_at], np.int64)
-    image = as_type(flat[image_at:label_at], np.uint16).reshape(n, channels, size, size)
-    label = flat[label_at : label_at + n * size * size].reshape(n, size, size) if labels else None
-    return image, label, tile
-
-
-_TORCH = {np.int64: torch.int64, np.uint16: torch.uint16}
+    def keep(self, which: np.ndarray) -> None:
+        """Keep only the tiles `which`, copied out of their shards so that those can be freed."""
+        which = which.tolist()
+        self.images = [ShardReader.detach(self.images[k]) for k in which]
+        self.labels = [ShardReader.detach(self.labels[k]) for k in which] if self.labels else []
+        self.tiles = self.tiles[which] if which else np.zeros(0, dtype=np.int64)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from eoscale.data import TileDataModule
-from eoscale.data.stream import _WIRE, Handover
+from eoscale.data.handover import _WIRE, Handover
 
 
 @pytest.fixture

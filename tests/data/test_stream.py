@@ -1,5 +1,5 @@
 """TileStream: whole-shard reads equal zarr's, batches are handed over compact (uint16 images, uint8 labels),
-augmentation keeps labels on their pixels, `normalise` uses the store's statistics, bands are picked by name,
+augmentation (drawn in the workers, applied by `normalise`) keeps labels on their pixels, `normalise` uses the store's statistics, bands are picked by name,
 nodata becomes ignore."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import zarr
 
 from eoscale import schema
 from eoscale.data import TileDataModule, open_store
-from eoscale.data.stream import ShardReader, _turn, dihedral
+from eoscale.data import augment
+from eoscale.data.augment import dihedral
+from eoscale.data.stream import ShardReader
 from tests.data.conftest import BANDS, class_of_pixels
 
 
@@ -29,44 +31,74 @@ def test_direct_shard_reads_equal_zarr(store, array):
 
 
 def test_dihedral_moves_image_and_label_together():
-    rng = np.random.default_rng(0)
-    image = rng.integers(0, 1000, (16, 3, 8, 8)).astype(np.uint16)
-    label = (image[:, 1] % 7).astype(np.uint8)  # a function of the pixels
-    choice = np.arange(16) % 8
-    turned, turned_label = dihedral(image, label, choice)
-    np.testing.assert_array_equal(turned_label, turned[:, 1] % 7)
-    np.testing.assert_array_equal(turned[choice == 0], image[choice == 0])
-    # the 8 choices are the 8 distinct symmetries of the square
-    tile = np.arange(64).reshape(1, 1, 8, 8)
-    shapes = {dihedral(tile, None, np.array([t]))[0].tobytes() for t in range(8)}
-    assert len(shapes) == 8
-    for t in range(8):  # the slicing in _turn is np.rot90, then a left-right mirror for t >= 4
-        expected = np.rot90(image, t % 4, axes=(-2, -1))
-        np.testing.assert_array_equal(_turn(image, t), expected[..., ::-1] if t >= 4 else expected)
+    g = torch.Generator().manual_seed(0)
+    image = torch.randint(0, 1000, (16, 3, 8, 8), generator=g).to(torch.uint16)
+    label = (image[:, 1].long() % 7).to(torch.uint8)  # a function of the pixels
+    turn = torch.arange(16) % 8
+    turned, turned_label = dihedral(image, label, turn)
+    assert turned.dtype == torch.uint16 and turned_label.dtype == torch.uint8
+    torch.testing.assert_close(turned_label, (turned[:, 1].long() % 7).to(torch.uint8))
+    torch.testing.assert_close(turned[turn == 0], image[turn == 0])
+    # the 8 choices are the 8 distinct symmetries of the square: np.rot90, then a left-right mirror for t >= 4
+    for t in range(8):
+        expected = np.rot90(image.numpy(), t % 4, axes=(-2, -1))
+        expected = expected[..., ::-1] if t >= 4 else expected
+        got, _ = dihedral(image, None, torch.full((16,), t))
+        np.testing.assert_array_equal(got.numpy(), expected)
+    tile = torch.arange(64.0).reshape(1, 1, 8, 8)
+    assert len({dihedral(tile, None, torch.tensor([t]))[0].numpy().tobytes() for t in range(8)}) == 8
+    # the accelerators' path (a gather through a table of pixel indices) turns exactly as the CPU's
+    index = augment._table(8, torch.device("cpu"))[turn]
+    torch.testing.assert_close(augment._gather(image, index), turned)
+    torch.testing.assert_close(augment._gather(label, index), turned_label)
 
 
 def test_augmented_training_batches_keep_labels_on_their_pixels(store):
     dm = TileDataModule(store, batch_size=16, num_workers=0, augment=True)
     dm.setup("fit")
     scene = open_store(store)[schema.SCENE].values
-    turned = 0
-    for batch in dm.train_dataloader():
-        raw = batch["image"].numpy().astype(np.int64)  # as stored: no normalisation in the workers
-        label = batch["label"].numpy()
+    stored_images = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r")
+    stored_labels = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")
+    mean, std = (np.asarray(dm.statistics[k])[:, None, None] for k in ("mean", "std"))
+    turned = checked = 0
+    for compact in dm.train_dataloader():
+        assert compact["turn"].dtype == torch.uint8 and compact["image"].dtype == torch.uint16
+        batch = dm.normalise(compact)  # where the turns happen now (on the device, in training)
+        assert "turn" not in batch
+        image, label = batch["image"].numpy(), batch["label"].numpy()
         for i, tile in enumerate(batch["tile"].tolist()):
+            t = int(compact["turn"][i])
+            # the tile as stored, turned by the batch's choice: image and label alike
+            expected = np.rot90(stored_labels[tile], t % 4, axes=(-2, -1))
+            expected = expected[..., ::-1] if t >= 4 else expected
+            known = label[i] != dm.ignore_index
+            np.testing.assert_array_equal(label[i][known], expected[known])
+            turned += not np.array_equal(label[i], stored_labels[tile])
             if scene[tile] != 0:
                 continue  # scene 0's labels are on its own grid: label == class of the pixels, exactly
-            known = label[i] != dm.ignore_index
-            np.testing.assert_array_equal(label[i][known], class_of_pixels(raw[i, 0])[known])
-            stored = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")[tile]
-            turned += not np.array_equal(label[i], stored)
-    assert turned > 0  # the augmentation did turn tiles
+            raw = np.rint(image[i] * std + mean).astype(np.int64)  # back from the normalised image
+            np.testing.assert_array_equal(label[i][known], class_of_pixels(raw[0])[known])
+            raw_stored = stored_images[tile].astype(np.int64)
+            np.testing.assert_array_equal(np.sort(raw[:, known].ravel()), np.sort(np.rot90(
+                raw_stored, t % 4, axes=(-2, -1))[..., ::-1 if t >= 4 else 1][:, known].ravel()))
+            checked += 1
+    assert turned > 0 and checked > 0  # the augmentation did turn tiles, and scene 0 was checked
+
+
+def test_evaluation_batches_are_not_turned(store):
+    dm = TileDataModule(store, batch_size=16, num_workers=0, augment=True)
+    dm.setup("validate")
+    labels = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")
+    for batch in dm.val_dataloader():
+        assert "turn" not in batch
+        np.testing.assert_array_equal(batch["label"].numpy(), labels.oindex[batch["tile"].numpy()])
 
 
 def test_workers_hand_over_compact_batches_and_normalise_converts_them(store):
     dm = TileDataModule(store, batch_size=8, num_workers=1)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"image", "label", "tile", "turn"}  # training: each tile's turn, for `normalise` to apply
     assert (batch["image"].dtype, batch["label"].dtype, batch["tile"].dtype) == (torch.uint16, torch.uint8, torch.int64)
     assert batch["image"].shape == (8, len(BANDS), dm.tile_size, dm.tile_size)
     ready = dm.normalise(batch)
@@ -75,7 +107,7 @@ def test_workers_hand_over_compact_batches_and_normalise_converts_them(store):
     assert batch["image"].dtype == torch.uint16  # the input batch is left as it was
     again = dm.normalise(ready)  # converted batches pass through unchanged
     assert all(again[k] is ready[k] for k in ready)
-    torch.testing.assert_close(ready["label"], batch["label"].long())
+    torch.testing.assert_close(ready["label"], dihedral(batch["image"], batch["label"], batch["turn"])[1].long())
 
 
 def test_normalisation_uses_store_statistics_of_bands_picked_by_name(store):
@@ -130,7 +162,7 @@ def test_label_free_batches_have_no_label(store):
     dm = TileDataModule(store, batch_size=8, num_workers=0, labels=False)
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
-    assert set(batch) == {"image", "tile"}
+    assert set(batch) == {"image", "tile", "turn"}
     assert batch["image"].shape == (8, len(BANDS), dm.tile_size, dm.tile_size)
     assert set(dm.normalise(batch)) == {"image", "tile"} and dm.normalise(batch)["image"].dtype == torch.float32
 
