@@ -197,7 +197,7 @@ def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def bench_adapters(store: str, work: Path, *, model: str = "vit_tiny_patch16_224", backbone: str | None = None,
-                   mae_steps: int = 300, mae_batch: int = 32, steps: int = 150, batch: int = 8,
+                   mae_steps: int = 300, mae_batch: int = 16, steps: int = 150, batch: int = 8,
                    fraction: float = 0.1, decoder_channels: int = 32, lora_rank: int = 4,
                    methods: tuple[str, ...] = tuple(METHODS), threads: int | None = None) -> dict:
     """Run the pretraining (unless `backbone`) and every fit; return the figures (see the module docstring)."""
@@ -337,7 +337,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="timm ViT, built with 8 px patches (default: %(default)s; ViT-S/8 is "
                              "vit_small_patch16_224, about 3× slower per step on CPU)")
     parser.add_argument("--mae-steps", type=int, default=300, help="MAE pretraining steps (default: %(default)s)")
-    parser.add_argument("--mae-batch-size", type=int, default=32, help="(default: %(default)s)")
+    parser.add_argument("--mae-batch-size", type=int, default=16, help="(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=150, help="training steps of every fit (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8, help="(default: %(default)s)")
     parser.add_argument("--fraction", type=float, default=0.1,
