@@ -11,14 +11,32 @@ Three ways to run N processes, one code path:
 The processes share nothing but the output folder: each writes its part files there and the process that
 finalises a scene waits for the parts to appear. A process that fails leaves a note there, so the others
 stop waiting and report it instead of hanging.
+
+A process that dies without a note (killed, out of memory, its node lost) or hangs is found by its
+*heartbeat*: every process rewrites `alive-rank-NNNN.json` in the run's work folder every `HEARTBEAT_S`
+seconds with its pid, host and how far its work has come. A process that waits for others fails the run,
+with one line naming the lost process (exit code 1), when a process it waits for
+
+- has gone from this machine (same host and pid namespace: its pid no longer runs): within about a second;
+- on another machine (or where /proc cannot tell), has not rewritten its heartbeat for `SILENT_AFTER_S`
+  (60 s);
+- never wrote a heartbeat within `START_WITHIN_S` (10 min) of the wait's start;
+- beats but its work has not advanced for the longer of `STALL_MIN_S` (10 min) and the time it had worked
+  until its last step (a hung process; a scene's COG is written in one step, which takes a fraction of the
+  time its prediction took).
+
+The finalising process fails before it writes any output, so nothing that looks finished is left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import shutil
+import socket
+import threading
 import time
 import traceback
 import uuid
@@ -28,8 +46,19 @@ from pathlib import Path
 
 from eoscale.errors import InputError, UserError
 
-WAIT_TIMEOUT_S = 6 * 3600.0  # how long a process waits for another's part before giving up
-POLL_S = 0.1
+POLL_S = 0.1  # how often a waiting process looks for what it waits for
+PEER_CHECK_S = 1.0  # how often it looks at the other processes' heartbeats
+HEARTBEAT_S = 2.0
+SILENT_AFTER_S = 60.0
+START_WITHIN_S = 600.0
+STALL_MIN_S = 600.0
+
+
+class PeerLostError(UserError, RuntimeError):
+    """Another process of the run died or hung: not a mistake in the input and not a bug here, but one line
+    (which process, where to look) serves the user better than a traceback of the process that waited."""
+
+    exit_code = 1
 
 
 @dataclass(frozen=True)
@@ -115,16 +144,157 @@ def first_failure(work: Path) -> tuple[int, str] | None:
     return int(notes[0].name.rsplit("-", 1)[1]), notes[0].read_text()
 
 
-def wait_for(ready: Callable[[], bool], work: Path, *, what: str, timeout: float = WAIT_TIMEOUT_S) -> None:
-    """Wait until `ready()`; stop with the failure another process reported, or after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
+def wait_for(ready: Callable[[], bool], work: Path, *, what: str, peers: Peers | None = None) -> None:
+    """Wait until `ready()`; stop with the failure another process reported, or when `peers` finds one of the
+    processes lost (see the module docstring for the bounds)."""
+    checked = time.monotonic()
     while not ready():
-        note = first_failure(work)
-        if note is not None:
-            rank, text = note
-            if text.startswith("user: "):
-                raise InputError(f"process {rank} stopped: {text.removeprefix('user: ')}")
-            raise RuntimeError(f"process {rank} failed while this one waited for {what}:\n{text.removeprefix('bug: ')}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"waited {timeout:.0f} s for {what}: is every process of the run still running?")
+        _raise_reported(work, what)
+        if peers is not None and time.monotonic() - checked >= PEER_CHECK_S:
+            checked = time.monotonic()
+            lost = peers.lost()
+            # it may have finished (or reported its failure) just before it went: look once more
+            if lost is not None and not ready():
+                _raise_reported(work, what)
+                raise PeerLostError(f"{lost} while this process waited for {what}: the run failed and wrote no "
+                                    f"map for it; see that process's log, then run the command again")
         time.sleep(POLL_S)
+
+
+def _raise_reported(work: Path, what: str) -> None:
+    note = first_failure(work)
+    if note is not None:
+        rank, text = note
+        if text.startswith("user: "):
+            raise InputError(f"process {rank} stopped: {text.removeprefix('user: ')}")
+        raise RuntimeError(f"process {rank} failed while this one waited for {what}:\n{text.removeprefix('bug: ')}")
+
+
+# -- heartbeats -----------------------------------------------------------------------------------------------
+def beat_path(work: Path, rank: int) -> Path:
+    return Path(work) / f"alive-rank-{rank:04d}.json"
+
+
+def _process_identity() -> dict:
+    """What tells this process apart on a cluster: host, pid namespace, pid and the pid's start time."""
+    identity: dict = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": None, "start": None}
+    with contextlib.suppress(OSError):
+        identity["pidns"] = os.readlink("/proc/self/ns/pid")
+        identity["start"] = _start_time(os.getpid())
+    return identity
+
+
+def _start_time(pid: int) -> str | None:
+    """Process `pid`'s start time (in clock ticks since boot) and state, from /proc; None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (command) "
+    return None if fields[0] in ("Z", "X") else fields[19]  # a zombie has died already
+
+
+class Heartbeat:
+    """This process's heartbeat file, rewritten every `HEARTBEAT_S` seconds by a thread while in the `with`
+    block; `advance()` counts steps of work (batches, outputs), so that waiting processes see progress.
+
+    The file is rewritten in place rather than renamed into place: on NFS a renamed file can stay hidden
+    behind a cached directory entry for up to a minute, an in-place rewrite is seen on the next open.
+    """
+
+    def __init__(self, work: Path, rank: int) -> None:
+        self.path = beat_path(work, rank)
+        self.rank = rank
+        self.progress = 0
+        self._identity = _process_identity()
+        self._started = time.monotonic()
+        self._progressed = 0.0  # seconds of work until the last step
+        self._beats = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="eoscale-heartbeat")
+
+    def __enter__(self) -> Heartbeat:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._write(done=False)
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        with contextlib.suppress(OSError):
+            self._write(done=exc_type is None)
+
+    def advance(self, steps: int = 1) -> None:
+        self.progress += steps
+        self._progressed = time.monotonic() - self._started
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with contextlib.suppress(OSError):  # a full or flaky disk: the next beat tries again
+                self._write(done=False)
+
+    def _write(self, *, done: bool) -> None:
+        self._beats += 1
+        note = {**self._identity, "rank": self.rank, "beat": self._beats, "progress": self.progress,
+                "worked_s": self._progressed, "done": done}
+        with open(self.path, "w") as f:
+            f.write(json.dumps(note))
+
+
+@dataclass
+class _Seen:
+    text: str
+    at: float  # when this process saw the text change (its own monotonic clock: no skew between hosts)
+    progress: int
+    progress_at: float
+
+
+class Peers:
+    """The other processes of a run as their heartbeats show them, to a process that waits for them."""
+
+    def __init__(self, work: Path, ranks: list[int], *, silent_after: float = SILENT_AFTER_S,
+                 start_within: float = START_WITHIN_S, stall_min: float = STALL_MIN_S) -> None:
+        self.work = Path(work)
+        self.ranks = ranks
+        self.silent_after, self.start_within, self.stall_min = silent_after, start_within, stall_min
+        self._here = _process_identity()
+        self._began = time.monotonic()
+        self._seen: dict[int, _Seen] = {}
+
+    def lost(self) -> str | None:
+        """A description of the first process found dead or hung, None if all look well."""
+        now = time.monotonic()
+        for rank in self.ranks:
+            try:
+                text = beat_path(self.work, rank).read_text()
+                note = json.loads(text)
+            except FileNotFoundError:
+                if now - self._began > self.start_within:
+                    return f"process {rank} never started (no heartbeat in {self.start_within:.0f} s)"
+                continue
+            except (OSError, ValueError):  # caught mid-rewrite: look again next time
+                continue
+            if note.get("done"):
+                continue
+            seen = self._seen.get(rank)
+            if seen is None or seen.text != text:
+                moved = seen is None or seen.progress != note["progress"]
+                self._seen[rank] = seen = _Seen(text, now, note["progress"],
+                                                now if moved else seen.progress_at)
+            where = f"process {rank} (pid {note['pid']} on {note['host']})"
+            if self._same_machine(note):
+                if _start_time(note["pid"]) != note["start"]:
+                    return f"{where} died"
+            elif now - seen.at > self.silent_after:  # elsewhere, silence is all there is to go by
+                return f"{where} has been silent for {now - seen.at:.0f} s: it died or its machine is lost"
+            stall = max(self.stall_min, float(note.get("worked_s", 0.0)))
+            if now - seen.progress_at > stall:
+                return f"{where} is alive but its work has not advanced for {now - seen.progress_at:.0f} s"
+        return None
+
+    def _same_machine(self, note: dict) -> bool:
+        """Whether this process can see `note`'s process in /proc (same host, same pid namespace)."""
+        here = self._here
+        return here["start"] is not None and note.get("start") is not None and (
+            note["host"], note.get("pidns")) == (here["host"], here["pidns"])

@@ -27,6 +27,8 @@ from eoscale.errors import InputError
 from eoscale.infer.areas import AreaCounter, area_table, pixel_area_m2, row_areas_m2, write_area_table
 from eoscale.infer.blend import RAMPS
 from eoscale.infer.distributed import (
+    Heartbeat,
+    Peers,
     new_run_id,
     ranks_from_environment,
     report_failure,
@@ -123,14 +125,16 @@ def predict(config: PredictConfig) -> RunResult | None:
         if ranks.rank != 0:
             return None
         run_id, processes = ranks.run_id, ranks.world
+        peers = Peers(Path(config.output) / WORK_DIR / run_id, list(range(1, ranks.world)))
     else:
+        peers = None  # spawned processes are watched by `spawn`, which waits for them all
         run_id, processes = new_run_id(), config.devices
         if processes > 1:
             plan = prepare(config, device="cpu")  # every user error in one line, before any process starts
             spawn(_spawned, config, processes=processes, run_id=run_id, work=output / WORK_DIR / run_id)
         else:
             plan = run_rank(0, 1, run_id, config)
-    scenes = collect(config, run_id, [s.id for s in plan.scenes])
+    scenes = collect(config, run_id, [s.id for s in plan.scenes], peers=peers)
     return RunResult(scenes, plan.model.backbone, processes, time.perf_counter() - started)
 
 
@@ -183,19 +187,23 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
     """This process's share of the run: its parts of scenes, and the scenes it finalises."""
     work = Path(config.output) / WORK_DIR / run_id
     try:
-        plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False)
-        tasks = deal(plan.scenes, rank, world)
-        # only the process that finalises a scene checks its outputs: another may finish its own scene (and
-        # write its outputs) before this one gets here
-        check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank])
-        Path(config.output).mkdir(parents=True, exist_ok=True)
-        windows = [_part_windows(plan.grid(s), part, parts) for s, part, parts, _ in tasks]
-        km2 = sum(w / plan.grid(s).count * _scene_km2(s) for w, (s, *_) in zip(windows, tasks, strict=True))
-        with _progress(config.progress and rank == 0, sum(windows), km2) as advance:
-            for scene, part, parts, owner in tasks:
-                predict_part(plan, config, scene, work / scene.id, part, parts, advance)
-                if rank == owner:
-                    finalise(plan, config, scene, work, parts)
+        # a heartbeat, so that a process waiting for this one finds out if it dies (eoscale.infer.distributed)
+        with Heartbeat(work, rank) if world > 1 else nullcontext(None) as heartbeat:
+            plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False)
+            tasks = deal(plan.scenes, rank, world)
+            # only the process that finalises a scene checks its outputs: another may finish its own scene (and
+            # write its outputs) before this one gets here
+            check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank])
+            Path(config.output).mkdir(parents=True, exist_ok=True)
+            windows = [_part_windows(plan.grid(s), part, parts) for s, part, parts, _ in tasks]
+            km2 = sum(w / plan.grid(s).count * _scene_km2(s) for w, (s, *_) in zip(windows, tasks, strict=True))
+            with _progress(config.progress and rank == 0, sum(windows), km2) as bar:
+                advance = _steps(bar, heartbeat)
+                for scene, part, parts, owner in tasks:
+                    predict_part(plan, config, scene, work / scene.id, part, parts, advance)
+                    if rank == owner:
+                        peers = Peers(work, [p for p in range(parts) if p != rank]) if parts > 1 else None
+                        finalise(plan, config, scene, work, parts, peers=peers, advance=advance)
     except BaseException as err:
         if world > 1:
             report_failure(work, rank, err)  # so that no other process waits for this one in vain
@@ -203,6 +211,16 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
             shutil.rmtree(work, ignore_errors=True)
         raise
     return plan
+
+
+def _steps(bar, heartbeat: Heartbeat | None):
+    """One callback for the progress bar (if shown) and the heartbeat (if any): `advance(windows)`."""
+    def advance(windows: int) -> None:
+        if heartbeat is not None:
+            heartbeat.advance()
+        if bar is not None and windows:
+            bar(windows)
+    return advance
 
 
 def deal(scenes: list[Scene], rank: int, world: int) -> list[tuple[Scene, int, int, int]]:
@@ -244,11 +262,15 @@ def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, 
     writer.close(started=started, finished=time.time(), windows=_part_windows(grid, part, parts))
 
 
-def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts: int) -> None:
-    """Once every part of `scene` is written: its outputs, then a note of the result for the summary."""
+def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts: int, *, peers: Peers | None = None,
+             advance=None) -> None:
+    """Once every part of `scene` is written (by `peers`, the processes writing the others): its outputs, then
+    a note of the result for the summary."""
     folder = work / scene.id
     wait_for(lambda: all(read_part(folder, p, parts) is not None for p in range(parts)), work,
-             what=f"the parts of scene {scene.id!r}")
+             what=f"the parts of scene {scene.id!r}", peers=peers)
+    if advance is not None:
+        advance(0)  # a step of work (for the heartbeat), no windows
     described = [read_part(folder, p, parts) for p in range(parts)]
     counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
     for d in described:
@@ -260,6 +282,8 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
         for path in outputs.files():
             partial(path).unlink(missing_ok=True)
         raise
+    if advance is not None:
+        advance(0)
     shutil.rmtree(folder, ignore_errors=True)
     result = SceneResult(
         id=scene.id, height=scene.height, width=scene.width, windows=plan.grid(scene).count,
@@ -306,10 +330,11 @@ def _scene_km2(scene: Scene) -> float:
     return scene.height * scene.width * pixel / 1e6
 
 
-def collect(config: PredictConfig, run_id: str, ids: list[str]) -> list[SceneResult]:
-    """The results of scenes `ids`, once each is finalised (by whichever process); then tidy up."""
+def collect(config: PredictConfig, run_id: str, ids: list[str], *, peers: Peers | None = None) -> list[SceneResult]:
+    """The results of scenes `ids`, once each is finalised (by whichever process of `peers`); then tidy up."""
     work = Path(config.output) / WORK_DIR / run_id
-    wait_for(lambda: all((work / f"{i}.result.json").exists() for i in ids), work, what="every scene's result")
+    wait_for(lambda: all((work / f"{i}.result.json").exists() for i in ids), work, what="every scene's result",
+             peers=peers)
     results = [SceneResult(**json.loads((work / f"{i}.result.json").read_text())) for i in ids]
     shutil.rmtree(work, ignore_errors=True)
     try:
