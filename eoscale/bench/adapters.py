@@ -19,7 +19,10 @@
    or `torch.cuda.max_memory_allocated` on a GPU.
 
 ViT-S/8 steps took about 1.7 s (batch 8, one thread) on these 2-core machines, too slow for 9 fits in
-25 minutes: the default `--model` is timm's ViT-Ti (`vit_tiny_patch16_224`, here with 8 px patches).
+25 minutes: the default `--model` is timm's ViT-Ti (`vit_tiny_patch16_224`, here with 8 px patches, 0.5 s).
+Each fit runs with one thread (`--threads`): on the shared, oversubscribed machine two OpenMP threads made a
+ViT-Ti/8 step 8× slower (17.7 s against 2.1 s, at a load of 10). LoRA's rank is 4 by default: r=4 on
+qkv/proj is 0.51% of ViT-S/8's backbone, r=8 (configs/lora_finetune.yaml) 1.03%.
 Every fit runs as its own `python -m eoscale …` process with a `FitProbe` callback added on the command line.
 """
 
@@ -197,9 +200,9 @@ def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def bench_adapters(store: str, work: Path, *, model: str = "vit_tiny_patch16_224", backbone: str | None = None,
-                   mae_steps: int = 300, mae_batch: int = 16, steps: int = 150, batch: int = 8,
+                   mae_steps: int = 200, mae_batch: int = 16, steps: int = 150, batch: int = 8,
                    fraction: float = 0.1, decoder_channels: int = 32, lora_rank: int = 4,
-                   methods: tuple[str, ...] = tuple(METHODS), threads: int | None = None) -> dict:
+                   methods: tuple[str, ...] = tuple(METHODS), threads: int | None = 1) -> dict:
     """Run the pretraining (unless `backbone`) and every fit; return the figures (see the module docstring)."""
     from eoscale.data import read_store_attrs
 
@@ -223,7 +226,7 @@ def bench_adapters(store: str, work: Path, *, model: str = "vit_tiny_patch16_224
     figures = {"store": store, "model": model, "patch_size": 8, "backbone": backbone if mae is None else "pretrained here",
                "mae": mae, "steps": steps, "batch_size": batch, "decoder_channels": decoder_channels,
                "lora": {"r": lora_rank, "alpha": 2 * lora_rank, "targets": ["qkv", "proj"]},
-               "fractions": [1.0, fraction], "runs": runs}
+               "fractions": [1.0, fraction], "threads": threads, "runs": runs}
     figures.update(_compare(runs))
     attrs = read_store_attrs(store)
     models = tuple(dict.fromkeys((model, "vit_small_patch16_224")))
@@ -336,7 +339,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="vit_tiny_patch16_224",
                         help="timm ViT, built with 8 px patches (default: %(default)s; ViT-S/8 is "
                              "vit_small_patch16_224, about 3× slower per step on CPU)")
-    parser.add_argument("--mae-steps", type=int, default=300, help="MAE pretraining steps (default: %(default)s)")
+    parser.add_argument("--mae-steps", type=int, default=200, help="MAE pretraining steps (default: %(default)s)")
     parser.add_argument("--mae-batch-size", type=int, default=16, help="(default: %(default)s)")
     parser.add_argument("--steps", type=int, default=150, help="training steps of every fit (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=8, help="(default: %(default)s)")
@@ -346,7 +349,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lora-rank", type=int, default=4, help="LoRA rank r; alpha is 2r (default: %(default)s)")
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS), metavar="METHOD",
                         help=f"which fits to run (default: all of {', '.join(METHODS)})")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads per fit (default: torch's)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of each fit; 0 for torch's default (default: %(default)s: on the "
+                             "shared 2-core machine a ViT-Ti/8 step took 2.1 s with one thread, 17.7 s with two)")
 
 
 def run(args: argparse.Namespace) -> int:
