@@ -1,0 +1,80 @@
+"""`eoscale bench adapters` runs end to end on a tiny store and records its figures (no value is judged)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from eoscale.bench.adapters import METHODS, _compare, configure, lora_fractions, show
+from eoscale.cli import main
+
+
+def _run(method: str, *, adapter: int = 0) -> dict:
+    return {"method": method, "val_miou": 0.5, "step_seconds_median": 0.2 if adapter else 0.3,
+            "peak_rss_bytes": 2**30, "state_bytes": 2**20 if adapter else 2**22, "cuda_max_allocated_bytes": None,
+            "parameters": {"backbone": 1000, "adapter": adapter, "head": 50, "trainable": adapter + 50 if adapter else 1050}}
+
+
+def test_ratios_and_table_from_figures(capsys):
+    runs = {"1": {"full": _run("full"), "lora": _run("lora", adapter=8) | {"adapter_megabytes": 0.1}},
+            "0.1": {"full": _run("full")}}
+    ratios = _compare(runs)
+    assert ratios["lora_parameters"]["adapter_vs_backbone"] == pytest.approx(0.008)
+    assert ratios["lora_vs_full"] == pytest.approx({"step_time": 2 / 3, "peak_rss": 1.0, "state_bytes": 0.25})
+    show({"steps": 5, "batch_size": 2, "model": "m", "patch_size": 8, "fractions": [1.0, 0.1], "runs": runs,
+          "lora": {"r": 4}, "mae": None, **ratios})
+    out = capsys.readouterr().out
+    assert "0.80% of the backbone" in out and "meets the goal" in out and "0.67×" in out
+
+
+def test_lora_fraction_of_vit_s8_meets_the_goal_at_rank_4():
+    (r4, r8) = lora_fractions(("vit_small_patch16_224",), (4, 8), in_chans=10, num_classes=8, img_size=64)
+    assert r4["adapter"] == 12 * 4 * ((384 + 3 * 384) + (384 + 384))  # qkv and proj of 12 blocks
+    assert r4["meets_goal"] and not r8["meets_goal"]
+
+
+def test_command_line_options():
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = parser.parse_args(["tiles.zarr", "--steps", "7", "--methods", "lora", "full"])
+    assert (args.steps, args.methods, args.fraction, args.threads, args.backbone) == (7, ["lora", "full"], 0.1, 1, None)
+
+
+def test_missing_backbone_file_is_one_line(tmp_path, capsys):
+    from tests.train.conftest import make_store
+
+    store = make_store(tmp_path / "s", size=64)
+    code = main(["bench", "adapters", str(store), "--backbone", str(tmp_path / "none.safetensors")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "no backbone file" in err[0]
+
+
+@pytest.mark.slow
+def test_bench_adapters_records_every_fit(tmp_path, capsys):
+    from tests.train.conftest import make_store
+
+    store = make_store(tmp_path / "store")
+    code = main(["bench", "adapters", str(store), "--model", "test_vit", "--mae-steps", "3", "--mae-batch-size", "4",
+                 "--steps", "4", "--batch-size", "4", "--fraction", "0.5", "--decoder-channels", "8",
+                 "--record", str(tmp_path / "bench")])
+    assert code == 0
+    figures = json.loads((tmp_path / "bench" / "adapters.json").read_text())[-1]
+    assert figures["machine"]["cores_available"] >= 1 and figures["threads"] == 1
+    assert figures["mae"]["steps"] == 3 and figures["mae"]["backbone"].endswith("backbone.safetensors")
+    assert set(figures["runs"]) == {"1", "0.5"}
+    for runs in figures["runs"].values():
+        assert set(runs) == set(METHODS)
+        for fit in runs.values():
+            assert 0 <= fit["val_miou"] <= 1 and fit["steps"] == 4 and fit["step_seconds_median"] > 0
+            assert fit["peak_rss_bytes"] > 0 and fit["state_bytes"] > 0
+    one = figures["runs"]["1"]
+    assert one["lora"]["parameters"]["adapter"] > 0 and one["full"]["parameters"]["adapter"] == 0
+    assert one["linear"]["parameters"]["trainable"] == one["linear"]["parameters"]["head"]
+    assert one["lora"]["state_bytes"] < one["full"]["state_bytes"]
+    assert one["lora"]["adapter_megabytes"] > 0
+    assert set(figures["lora_vs_full"]) == {"step_time", "peak_rss", "state_bytes"}
+    assert 0 < figures["lora_parameters"]["adapter_vs_backbone"] < 1
+    assert {c["model"] for c in figures["lora_fraction_by_model"]} == {"test_vit", "vit_small_patch16_224"}
+    assert "val mIoU after 4 steps" in capsys.readouterr().out
