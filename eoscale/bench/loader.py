@@ -3,13 +3,19 @@
     eoscale bench loader runs/tiles.zarr --workers 4 --batch-size 64 --seconds 20
 
 Every figure reads the store's 'train' split with the same number of processes (`--workers`) for about
-`--seconds` each; MB/s counts uncompressed image and label bytes (uint16 bands, uint8 labels).
+`--seconds` each; MB/s counts uncompressed image and label bytes (uint16 bands, uint8 labels). Beside the
+tiles per second of wall time, the loader and the decode-only limit report tiles per CPU second (all their
+processes, start-up included): on a machine that other work shares, the loader's main process makes it one
+process more than the baseline's, and so it gets a larger share of the cores; the CPU figures and their
+ratio (`cpu_ratios`) do not depend on that.
 
 - loader: `TileDataModule.train_dataloader()` epoch after epoch (shuffled, augmented; DataLoader worker
-  start-up included), each batch moved to the accelerator and normalised there by `TileDataModule.normalise`
-  as in training (on the CPU, in one thread, where there is no accelerator: the main process then takes a
-  core from the workers); the ratios use this figure. "compact batches": the same without moving and
-  normalising, the uint16/uint8 batches as the workers hand them over;
+  start-up included), each batch moved to the accelerator and normalised and turned there by
+  `TileDataModule.normalise`, as in training. "compact batches": the same without moving and normalising,
+  the uint16/uint8 batches as the workers hand them over. The ratios use the first figure where there is an
+  accelerator, and the compact one where there is none: there, normalising runs on the CPU, in the main
+  process, which then takes a core from the workers (on 2 cores, a third of the loader's speed), while in
+  training it runs on the GPU and costs the loader nothing. Both are printed, and `ratio_loader` says which;
 - decode-only limit: the same stored chunks, already in memory, decoded with the same codec in a tight loop;
   goal: the loader reaches at least 0.5 of it;
 - random tiles through zarr: one tile (image and label) per read, at random; goal: the loader is 3× faster;
@@ -23,6 +29,7 @@ Every figure reads the store's 'train' split with the same number of processes (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import gc
 import json
@@ -67,14 +74,22 @@ def bench_loader(
         raise InputError(f"the 'train' split of tile store {store!r} has no tiles: benchmark a store that has some")
     processes = max(workers, 1)
 
+    import eoscale.data.datamodule  # noqa: F401  (imported before any CPU time is counted: torch, Lightning)
+
     results: dict[str, dict | None] = {}
-    results["loader"] = _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed)
-    results["loader_compact"] = _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed,
-                                        normalise=False)
-    # LightningDataModule.save_hyperparameters keeps its caller's frames, and so the loaders, in a reference
-    # cycle: collect them now, so that their workers stop here and not in the forked baseline processes
-    gc.collect()
-    results["decode_only"] = _pool(_decode_worker, store, split, processes, seconds, seed)
+    for key, normalise in (("loader", True), ("loader_compact", False)):
+        with _cpu_seconds() as cpu:
+            results[key] = _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed,
+                                   normalise=normalise)
+            # LightningDataModule.save_hyperparameters keeps its caller's frames, and so the loaders, in a
+            # reference cycle: collect them now, so that their workers stop (and count) here, not in the forked
+            # baseline processes
+            gc.collect()
+        results[key]["tiles_per_cpu_s"] = results[key]["tiles"] / cpu()
+    with _cpu_seconds() as cpu:
+        results["decode_only"] = _pool(_decode_worker, store, split, processes, seconds, seed)
+    if results["decode_only"]:
+        results["decode_only"]["tiles_per_cpu_s"] = results["decode_only"]["tiles"] / cpu()
     results["random_zarr"] = _pool(_random_worker, store, split, processes, seconds, seed)
     scenes = _scene_paths(store, attrs)
     results["rasterio_windows"] = (
@@ -89,17 +104,21 @@ def bench_loader(
     for entry in results.values():
         if entry is not None:
             entry["mb_per_s"] = entry["tiles_per_s"] * tile_bytes / 1e6
-    loader = results["loader"]["tiles_per_s"]
+    ratio_loader = "loader" if results["loader"]["device"] != "cpu" else "loader_compact"
+    loader = results[ratio_loader]["tiles_per_s"]
     source = results["torchgeo"] or results["rasterio_windows"]
     ratios = {
         "decode_only": loader / results["decode_only"]["tiles_per_s"] if results["decode_only"] else None,
         "random_zarr": loader / results["random_zarr"]["tiles_per_s"],
         "source_windows": loader / source["tiles_per_s"] if source else None,
     }
+    decode_cpu = (results["decode_only"] or {}).get("tiles_per_cpu_s")
+    cpu_ratios = {key: results[key]["tiles_per_cpu_s"] / decode_cpu if decode_cpu else None
+                  for key in ("loader", "loader_compact")}
     report = {
         "store": store, "tile_size": tile_size, "bands": bands, "batch_size": batch_size, "workers": workers,
         "seconds": seconds, **results, "source_windows": "torchgeo" if results["torchgeo"] else "rasterio_windows",
-        "ratios": ratios, "goals": dict(GOALS),
+        "ratio_loader": ratio_loader, "ratios": ratios, "cpu_ratios": cpu_ratios, "goals": dict(GOALS),
     }
     if show:
         _print_table(report)
@@ -139,6 +158,18 @@ def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: 
         torch.set_num_threads(threads)
     return {"tiles_per_s": tiles / elapsed, "tiles": tiles, "epochs": epochs,
             "device": device.type if normalise else None, "processes": max(workers, 1)}
+
+
+@contextlib.contextmanager
+def _cpu_seconds():
+    """Yields a function that gives the CPU seconds (user and system) that this process and its children that
+    ended took since the block began (children count once they have ended and been waited for)."""
+    start = os.times()
+    end: list = []
+    try:
+        yield lambda: sum(end[0][:4]) - sum(start[:4])
+    finally:
+        end.append(os.times())
 
 
 def _pool(worker, source, what, processes: int, seconds: float, seed: int) -> dict | None:
@@ -312,8 +343,9 @@ def _print_table(report: dict) -> None:
 
     table = Table(title=f"loader on {report['store']} ('train', {report['tile_size']} px, {report['bands']} bands, "
                         f"batch {report['batch_size']}, {report['workers']} workers)")
-    for col in ("method", "processes", "tiles/s", "MB/s", "loader ×", "goal"):
+    for col in ("method", "processes", "tiles/s", "MB/s", "tiles/CPU-s", "loader ×", "goal"):
         table.add_column(col, justify="right" if col != "method" else "left")
+    used = report["ratio_loader"]
     rows = [(f"loader (normalised on {report['loader']['device']})", "loader", None),
             ("loader, compact batches", "loader_compact", None), ("decode-only limit", "decode_only", "decode_only"),
             ("random tiles (zarr)", "random_zarr", "random_zarr"),
@@ -325,13 +357,22 @@ def _print_table(report: dict) -> None:
             continue
         ratio = report["ratios"][ratio_key] if ratio_key else None
         if key == "rasterio_windows" and ratio is None:
-            ratio = report["loader"]["tiles_per_s"] / entry["tiles_per_s"]
+            ratio = report[used]["tiles_per_s"] / entry["tiles_per_s"]
+        cpu = entry.get("tiles_per_cpu_s")
         table.add_row(
-            label, str(entry["processes"]), f"{entry['tiles_per_s']:,.0f}", f"{entry['mb_per_s']:,.1f}",
+            label + (" ← ratios" if key == used else ""), str(entry["processes"]), f"{entry['tiles_per_s']:,.0f}",
+            f"{entry['mb_per_s']:,.1f}", "" if cpu is None else f"{cpu:,.0f}",
             "" if ratio is None or key.startswith("loader") else f"{ratio:.2f}",
             f"≥ {GOALS[ratio_key]:g}" if ratio_key else "",
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    why = ("normalised on the accelerator, as in training" if used == "loader" else
+           "compact: without an accelerator, normalising in the main process takes a core from the workers, "
+           "while in training it runs on the GPU")
+    cpu = "  ".join(f"{k} {v:.2f}" for k, v in report["cpu_ratios"].items() if v is not None)
+    console.print(f"ratios use the loader {why}; per CPU second, loader ÷ decode-only: {cpu or 'n/a'}; "
+                  f"load average at the end: {os.getloadavg()[0]:.2f}")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

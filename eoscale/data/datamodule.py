@@ -53,7 +53,7 @@ from eoscale.classes import ClassTable
 from eoscale.data.partition import train_subset
 from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.augment import dihedral
-from eoscale.data.handover import Handover
+from eoscale.data.handover import _WIRE, Handover, forget
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
 
@@ -351,11 +351,12 @@ def _start_worker(handover: Handover, user_init, worker_id: int) -> None:
 
 class _HandoverIter(_MultiProcessingDataLoaderIter):
     """The DataLoader's own worker iterator, unpacking each batch as it arrives (see `Handover`). It hooks
-    into the DataLoader's private `_get_iterator`, `_try_get_data` and `_next_data` (checked with torch 2.14);
-    the tests in tests/data/test_handover.py fail if they change."""
+    into the DataLoader's private `_get_iterator`, `_try_get_data`, `_next_data` and `_shutdown_workers`
+    (checked with torch 2.14); the tests in tests/data/test_handover.py fail if they change."""
 
     def __init__(self, loader: TileLoader) -> None:
         self._handover = loader.handover
+        self._tokens: set[int] = set()  # of this iterator's workers, whose buffers the main process maps
         super().__init__(loader)
 
     def _try_get_data(self, *args, **kwargs):
@@ -363,7 +364,14 @@ class _HandoverIter(_MultiProcessingDataLoaderIter):
         success, data = super()._try_get_data(*args, **kwargs)
         if success and isinstance(data, tuple) and len(data) == 2:
             self._handover.received(data[1])
+            if isinstance(data[1], dict) and _WIRE in data[1]:
+                self._tokens.add(data[1][_WIRE]["layout"][-1])
         return success, data
+
+    def _shutdown_workers(self):
+        super()._shutdown_workers()
+        forget(getattr(self, "_tokens", ()))  # the workers have stopped: unmap their buffers (but where batches still hold them)
+        self._tokens = set()
 
     def _next_data(self):
         return self._handover.unpack(super()._next_data())

@@ -36,11 +36,12 @@ class Handover:
     def __init__(self, workers: int) -> None:
         self.state = torch.zeros((workers, self.SLOTS), dtype=torch.int64).share_memory_()
         self._held: list[tuple[int, int, int, StorageWeakRef]] = []  # main process: (worker, slot, ticket, storage)
-        self._buffers: list[tuple[torch.Tensor, int]] = []  # a worker's: (buffer, ticket it was last sent with)
+        self._buffers: list[list] = []  # a worker's: [buffer, ticket it was last sent with, sent before]
         self._tickets = 0
+        self._token = 0  # a worker's name for its buffers, random: unique across worker processes
 
     def __getstate__(self) -> dict:
-        return {"state": self.state, "_held": [], "_buffers": [], "_tickets": 0}
+        return {"state": self.state, "_held": [], "_buffers": [], "_tickets": 0, "_token": 0}
 
     # --- in a worker ------------------------------------------------------------------------------------
     def take(self, n: int, channels: int, size: int, *, labels: bool, turns: bool, batch_size: int):
@@ -48,20 +49,25 @@ class Handover:
         `n` tiles."""
         worker, state = get_worker_info().id, self.state.numpy()
         need = packed_bytes(batch_size, channels, size, labels, turns)
+        used = packed_bytes(n, channels, size, labels, turns)
+        self._token = self._token or int.from_bytes(os.urandom(8), "little") >> 1
         self._tickets += 1
         ticket = os.getpid() << 32 | self._tickets  # unique across worker processes
-        slot = next((i for i, (buffer, sent) in enumerate(self._buffers)
+        slot = next((i for i, (buffer, sent, _) in enumerate(self._buffers)
                      if state[worker, i] == sent and len(buffer) >= need), -1)
         if slot < 0 and len(self._buffers) < self.SLOTS:
             slot = len(self._buffers)
-            self._buffers.append((shared_empty((need,), torch.uint8), 0))
-        buffer = self._buffers[slot][0] if slot >= 0 else shared_empty((need,), torch.uint8)
+            self._buffers.append([shared_empty((need,), torch.uint8), 0, False])
         if slot >= 0:
-            self._buffers[slot] = (buffer, ticket)
+            buffer, _, before = self._buffers[slot]
+            self._buffers[slot] = [buffer, ticket, True]
             state[worker, slot] = 0  # in use
+            packed = _Mapped(self._token, slot, None if before else buffer, used)
+        else:
+            buffer = shared_empty((need,), torch.uint8)
+            packed = buffer[:used]
         image, label, tile, turn = packed_views(buffer.numpy(), n, channels, size, labels, turns)
-        wire = {"packed": buffer[: packed_bytes(n, channels, size, labels, turns)],
-                "layout": (worker, slot, ticket, n, channels, size, labels, turns)}
+        wire = {"packed": packed, "layout": (worker, slot, ticket, n, channels, size, labels, turns, self._token)}
         return image, label, tile, turn, {_WIRE: wire}
 
     # --- in the main process ----------------------------------------------------------------------------
@@ -85,10 +91,42 @@ class Handover:
         ids and turns, copied out so that keeping them does not keep the buffer."""
         if _WIRE not in batch:
             return batch
-        packed, (_, _, _, n, channels, size, labels, turns) = batch[_WIRE]["packed"], batch[_WIRE]["layout"]
+        packed, (_, _, _, n, channels, size, labels, turns, _) = batch[_WIRE]["packed"], batch[_WIRE]["layout"]
         image, label, tile, turn = packed_views(packed, n, channels, size, labels, turns)
         return ({"image": image, "tile": tile.clone()} | ({"label": label} if labels else {})
                 | ({"turn": turn.clone()} if turns else {}))
+
+
+class _Mapped:
+    """A slot's buffer on its way to the main process: the buffer itself (one file descriptor to pass, and a
+    mapping to make) only the first time; then only its name, `(token, slot)`, which the main process maps
+    to the buffer it keeps from then on (`_MAPPED`). Passing the descriptor and mapping the buffer anew cost
+    the main process ~1 ms a batch here (2-core development machine), a fifth of all the loader's CPU time.
+    Unpickled, in the main process (or its pin-memory thread), it becomes a tensor of the batch's bytes with a
+    storage of its own, so that `Handover.received` sees when nothing uses this batch any more."""
+
+    def __init__(self, token: int, slot: int, buffer: torch.Tensor | None, nbytes: int) -> None:
+        self.token, self.slot, self.buffer, self.nbytes = token, slot, buffer, nbytes
+
+    def __reduce__(self):
+        return _mapped, (self.token, self.slot, self.buffer, self.nbytes)
+
+
+_MAPPED: dict[int, dict[int, torch.Tensor]] = {}  # main process: worker token → {slot: the buffer, mapped once}
+
+
+def _mapped(token: int, slot: int, buffer: torch.Tensor | None, nbytes: int) -> torch.Tensor:
+    slots = _MAPPED.setdefault(token, {})
+    if buffer is not None:
+        slots[slot] = buffer  # the first batch of this buffer: a worker's batches arrive in the order sent
+    # a new storage over the same memory (it keeps the buffer alive while anything uses it)
+    return torch.from_numpy(slots[slot].numpy()[:nbytes])
+
+
+def forget(tokens) -> None:
+    """Let go of the buffers of workers that have stopped (their batches still held keep theirs alive)."""
+    for token in tokens:
+        _MAPPED.pop(token, None)
 
 
 def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

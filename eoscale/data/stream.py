@@ -24,6 +24,7 @@ per 32.
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ from eoscale import schema
 from eoscale.data.handover import Handover, shared_empty
 from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length
 
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page of the file at once
 _EMPTY = 2**64 - 1  # a shard index entry of two of these marks a chunk never written (it reads as fill_value)
 
 
@@ -121,7 +123,11 @@ class _DirectShards:
     def chunks(self, shard: int) -> list[memoryview | None] | None:
         """The encoded chunks of one shard, one per tile (None: never written), or None for no shard file."""
         try:
-            data = (self.root / self.key((shard,) + (0,) * (self.ndim - 1))).read_bytes()
+            with open(self.root / self.key((shard,) + (0,) * (self.ndim - 1)), "rb") as file:
+                # mapped, not read: read_bytes into fresh memory cost 10–15 µs a tile here, mostly page faults on
+                # the new pages; a populated map of the page cache ~2 µs (the store is complete: nothing writes
+                # to the file while it is mapped)
+                data = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
         except FileNotFoundError:
             return None
         raw = data[-self.index_bytes :] if self.index_at_end else data[: self.index_bytes]

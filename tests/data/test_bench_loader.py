@@ -17,6 +17,12 @@ def test_bench_loader_returns_every_figure(store):
     assert set(report["ratios"]) == set(report["goals"]) == {"decode_only", "random_zarr", "source_windows"}
     assert all(r > 0 for r in report["ratios"].values())
     assert report["loader"]["epochs"] >= 1 and report["tile_size"] == 16 and report["bands"] == 10
+    # no accelerator here: the ratios use the compact batches (normalising would take a worker's core)
+    assert report["loader"]["device"] == "cpu" and report["ratio_loader"] == "loader_compact"
+    assert report["ratios"]["decode_only"] == report["loader_compact"]["tiles_per_s"] / report["decode_only"]["tiles_per_s"]
+    for key in ("loader", "loader_compact", "decode_only"):
+        assert report[key]["tiles_per_cpu_s"] > 0
+    assert set(report["cpu_ratios"]) == {"loader", "loader_compact"} and all(r > 0 for r in report["cpu_ratios"].values())
 
 
 def test_gdal_block_cache_is_emptied_between_source_reads(store):
