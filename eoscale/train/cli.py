@@ -24,6 +24,7 @@ import os
 import sys
 import tempfile
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,10 +33,11 @@ from lightning import LightningDataModule
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
 from eoscale.train.task import BaseTask
-from eoscale.train.tracking import TrainingMonitor, mlflow_loggers
+from eoscale.train.tracking import TrainingMonitor, mlflow_loggers, resume_run_id
 
 LOGGER = "eoscale.train.tracking.MLflowLogger"
 
@@ -151,11 +153,36 @@ class EoscaleCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         root = config.trainer.get("default_root_dir") or os.getcwd()
         loggers = config.trainer.logger
+        run_id = None
+        if self.subcommand == "fit":
+            resumed = _resume_checkpoint(config.get("ckpt_path"), Path(root), config.get("checkpoint.dirpath"))
+            run_id = resume_run_id(resumed)
         for logger in loggers if isinstance(loggers, list) else [loggers]:
             # MLflow's SQLite store and artifacts live in the run directory, beside the checkpoints
             if isinstance(logger, Namespace) and logger.get("class_path") == LOGGER:
                 if logger.init_args.get("root_dir") is None:
                     logger.init_args.root_dir = str(root)
+                # a resumed training (a requeued job, --ckpt_path) goes on logging into the run it started
+                if run_id and logger.init_args.get("run_id") is None:
+                    logger.init_args.run_id = run_id
+
+
+def _resume_checkpoint(ckpt_path: str | None, root: Path, dirpath: str | None) -> Path | None:
+    """The checkpoint file `fit` will resume from, as Lightning picks it: `ckpt_path` itself, `hpc` (and, under
+    Slurm with no ckpt_path, any) `<root>/hpc_ckpt_N.ckpt` of the highest N, `last` the newest `last.ckpt` of
+    the checkpoint folder (or of any run under `root`). None when it starts afresh."""
+    if ckpt_path is None and not SLURMEnvironment.detect():
+        return None
+    if ckpt_path in (None, "hpc"):
+        numbered = [(int(p.stem.removeprefix("hpc_ckpt_")), p) for p in root.glob("hpc_ckpt_*.ckpt")
+                    if p.stem.removeprefix("hpc_ckpt_").isdigit()]
+        return max(numbered)[1] if numbered else None
+    if ckpt_path == "last":
+        found = list(Path(dirpath).glob("last*.ckpt")) if dirpath else list(root.glob("*/*/checkpoints/last*.ckpt"))
+        return max(found, key=lambda p: p.stat().st_mtime) if found else None
+    if ckpt_path == "best":
+        return None  # the best of this run's own callback: nothing from before to resume
+    return Path(ckpt_path)
 
 
 def main(args: list[str] | None = None) -> None:

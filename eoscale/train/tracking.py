@@ -36,6 +36,7 @@ import torch
 from filelock import FileLock
 from lightning import Callback, LightningModule, Trainer
 from lightning.fabric.loggers.logger import _DummyExperiment
+from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 
@@ -110,16 +111,36 @@ class MLflowLogger(MLFlowLogger):
             )
         self._failed = False
         self._offline_id = f"offline-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self._resumed: dict[str, str] | None = None  # a resumed run's params as MLflow holds them
 
     @property
     def experiment(self):
         """MLflow's client, or a stand-in that does nothing once the tracking store has failed."""
         if not self._failed:
             try:
+                if self._run_id is not None and not self._initialized:
+                    self._resume()
                 return super().experiment
             except Exception as err:  # Lightning touches this in setup: an unreachable server fails here first
                 self._fail(err)
         return _DummyExperiment()
+
+    def _resume(self) -> None:
+        """Continue run `run_id` (a resumed training: a requeued Slurm job, `--ckpt_path`) as RUNNING again, or,
+        where this store does not have it, start a new run and say so."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self._mlflow_client.get_run(self._run_id)
+        except MlflowException as err:
+            if getattr(err, "error_code", "") != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            warnings.warn(f"MLflow run {self._run_id} of the checkpoint is not in {self._tracking_uri!r}: "
+                          "logging to a new run", RuntimeWarning, stacklevel=4)
+            self._run_id = None
+            return
+        self._resumed = dict(run.data.params)
+        self._mlflow_client.update_run(self._run_id, status="RUNNING")
 
     def _fail(self, err: Exception) -> None:
         self._failed = True
@@ -170,7 +191,20 @@ class MLflowLogger(MLFlowLogger):
     @rank_zero_only
     @_guarded
     def log_hyperparams(self, params: Any) -> None:
-        super().log_hyperparams(params)
+        _ = self.experiment  # a resumed run's params are known from here on
+        if self._resumed is None:
+            super().log_hyperparams(params)
+            return
+        # MLflow refuses to change a param: a resumed run logs only the new ones, and names the changed ones
+        # (the resumed job's ckpt_path, its restart count) in a tag
+        flat = _flatten_dict(_convert_params(params))
+        new = {k: v for k, v in flat.items() if k not in self._resumed}
+        changed = sorted(k for k, v in flat.items() if k in self._resumed and str(v)[:250] != self._resumed[k])
+        if new:
+            super().log_hyperparams(new)
+            self._resumed.update({k: str(v)[:250] for k, v in new.items()})  # as Lightning cuts them
+        if changed:
+            self.experiment.set_tag(self.run_id, "eoscale.changed_on_resume", ",".join(changed)[:5000])
 
     @rank_zero_only
     @_guarded
@@ -207,6 +241,21 @@ class MLflowLogger(MLFlowLogger):
 
 def mlflow_loggers(trainer: Trainer) -> list[MLFlowLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
+
+
+RUN_KEY = "eoscale_mlflow_run_id"  # in a checkpoint: the MLflow run that wrote it
+
+
+def resume_run_id(checkpoint: str | os.PathLike | None) -> str | None:
+    """The MLflow run a checkpoint file was written by (None: not known, a sharded folder, or no file)."""
+    if checkpoint is None or not Path(checkpoint).is_file():
+        return None
+    try:
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)
+    except Exception:  # not ours to judge here: Lightning reports an unreadable checkpoint when it loads it
+        return None
+    value = saved.get(RUN_KEY) if isinstance(saved, dict) else None
+    return str(value) if value else None
 
 
 def git_commit(path: str | os.PathLike | None = None) -> str | None:
@@ -291,6 +340,12 @@ class TrainingMonitor(Callback):
             logger.log_hyperparams(facts)
             if hasattr(logger, "set_tags"):
                 logger.set_tags({"eoscale.command": getattr(trainer.state.fn, "value", str(trainer.state.fn)), "eoscale.strategy": facts["run/strategy"]})
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        # the MLflow run travels with the checkpoint: a resumed training continues it (`resume_run_id`)
+        runs = [logger.run_id for logger in mlflow_loggers(trainer) if not getattr(logger, "_failed", False)]
+        if runs and runs[0]:
+            checkpoint[RUN_KEY] = runs[0]
 
     # -- throughput and memory ------------------------------------------------------------------------------
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:

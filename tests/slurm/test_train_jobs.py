@@ -79,3 +79,9 @@ def test_sigusr1_checkpoints_requeues_and_resumes(local_slurm, store, tmp_path):
     assert f"eoscale: job {job_id} (restart 1)" in log
     assert f"Restored all states from the checkpoint at {tmp_path}/hpc_ckpt_1.ckpt" in log
     assert "`Trainer.fit` stopped: `max_steps=40` reached." in log
+    # the requeued job logs on into the MLflow run the first one started
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("eoscale").experiment_id])
+    assert run.info.status == "FINISHED" and run.data.params["run/slurm_job_id"] == job_id

@@ -89,3 +89,42 @@ def test_real_tracking_server(store: Path, tmp_path: Path, monkeypatch, mlflow_s
     assert {a.path for a in client.list_artifacts(run.info.run_id, "figures")} == {
         "figures/confusion_val.png", "figures/panels_val.png"}
     assert not (tmp_path / "mlflow.db").exists()  # the server's store, not the embedded one
+
+
+@pytest.mark.slow
+def test_resumed_fit_continues_its_mlflow_run(store: Path, tmp_path: Path, monkeypatch):
+    """A crash, then `--ckpt_path last` (as a requeued job resumes from its hpc checkpoint): one MLflow run,
+    with the metrics of both parts, RUNNING again while resumed and FINISHED at the end."""
+    from tests.train.helpers import Crash
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(Crash):
+        main(_args(store, tmp_path, "--trainer.max_steps", "8", "--trainer.val_check_interval", "2",
+                   "--trainer.callbacks+=tests.train.helpers.CrashAt", "--trainer.callbacks.step=5"))
+    main(_args(store, tmp_path, "--trainer.max_steps", "8", "--trainer.val_check_interval", "2",
+               "--ckpt_path", "last"))
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("eoscale").experiment_id])
+    assert run.info.status == "FINISHED"
+    steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "val_miou"))
+    assert steps[0] < 5 and steps[-1] >= 7, steps  # validations before the crash and after resuming
+    assert run.data.params["ckpt_path"] == "last"  # a param only the resumed part had: added, not refused
+    (checkpoints,) = {p.parent for p in tmp_path.rglob("last.ckpt")}  # one run folder, reused
+    assert checkpoints.parent.name == run.info.run_id
+
+
+def test_resumed_run_keeps_params_and_names_changes(tmp_path: Path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    first = MLflowLogger(root_dir=str(tmp_path))
+    first.log_hyperparams({"lr": 0.1, "steps": 10})
+    first.finalize("success")
+    again = MLflowLogger(root_dir=str(tmp_path), run_id=first.run_id)
+    again.log_hyperparams({"lr": 0.1, "steps": 20, "ckpt_path": "last"})
+    run = MlflowClient(again._tracking_uri).get_run(first.run_id)
+    assert run.info.status == "RUNNING" and not again._failed
+    assert run.data.params == {"lr": "0.1", "steps": "10", "ckpt_path": "last"}
+    assert run.data.tags["eoscale.changed_on_resume"] == "steps"
+    with pytest.warns(RuntimeWarning, match="is not in .*: logging to a new run"):
+        other = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", root_dir=str(tmp_path), run_id=first.run_id)
+        other.log_hyperparams({"lr": 0.2})
+    assert other.run_id != first.run_id and not other._failed
