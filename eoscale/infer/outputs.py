@@ -215,7 +215,7 @@ def write_cog(parts: list[Path], dst: Path, georef: Georef, *, dtype: str, nodat
     staging = dst.with_name(dst.name + ".tiled.tif")
     profile = dict(driver="GTiff", width=georef.width, height=georef.height, count=1, dtype=dtype, nodata=nodata,
                    crs=georef.crs, transform=georef.transform, tiled=True, blockxsize=BLOCKSIZE,
-                   blockysize=BLOCKSIZE, compress="deflate", BIGTIFF="IF_SAFER")
+                   blockysize=BLOCKSIZE, BIGTIFF="IF_SAFER")  # uncompressed: read once, right away, by cog_translate
     try:
         with rasterio.open(staging, "w", **profile) as out:
             row = 0

@@ -7,8 +7,15 @@
 
 A reader thread reads the strip of the scene under each row of windows (through `SceneReader`, mirrored at
 the scene's edges), normalises it as training did, and cuts it into windows, one strip ahead of the model,
-so reading overlaps the forward passes. Windows go through the model in batches that may span rows; their
+so reading overlaps the forward passes (and `handoff` lets the caller write finished blocks in another
+thread, so writing overlaps them too). Windows go through the model in batches that may span rows; their
 probabilities are blended by `RowAccumulator` in grid order, and each block leaves as soon as it is final.
+
+Memory does not depend on the scene's height, and grows with its width by `bytes_per_column` (the rows the
+accumulator keeps, the strips read ahead and the blocks on their way out): at most about 96 KB per column
+for 10 bands, 10 classes and 128-px windows at overlap 0.25, so 9.6 GB for a scene 100,000 pixels wide, on
+top of what does not depend on the scene (model, batch, libraries, GDAL's block cache). Split a wider scene
+into column tiles first (e.g. `gdal_translate -srcwin`).
 """
 
 from __future__ import annotations
@@ -26,12 +33,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 from torch import Tensor, nn
 
 from eoscale.errors import InputError
-from eoscale.infer.blend import Ramp, RowAccumulator
+from eoscale.infer.blend import SPARE_ROWS, Ramp, RowAccumulator
 from eoscale.infer.windows import WindowGrid
 from eoscale.ingest.reader import SceneReader
 from eoscale.train.checkpoint import BandContract
 
 T = TypeVar("T")
+STRIPS_IN_FLIGHT = 4  # read ahead (prefetch depth 2), being read, in the model
+BLOCKS_IN_FLIGHT = 4  # waiting to be written (the part writer's handoff depth 2), being written, being finished
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,21 @@ def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndar
         cut_invalid = sliding_window_view(invalid, grid.window, axis=1)[:, :: grid.cols.stride].transpose(1, 0, 2)
         np.copyto(windows, 0.0, where=cut_invalid[:, None])
     return Strip(row, torch.from_numpy(windows), ~invalid)
+
+
+def bytes_per_column(grid: WindowGrid, *, bands: int, classes: int) -> int:
+    """An upper estimate of the memory the window loop and the part writer hold per column of the scene.
+
+    The same whatever the scene's height: the accumulator's rows (float32, classes × (window + 4 strides),
+    and a copy of the overlap rows when they move up), the strips in flight (windows cut with their overlap,
+    float32; the raw and mirrored uint16 reads; the nodata mask), and the blocks in flight (probabilities and
+    their normalisation, float32; argmax values and indices, confidence, mask and the area count's copies).
+    """
+    window, stride_y, stride_x = grid.window, grid.rows.stride, grid.cols.stride
+    accumulator = 4 * classes * (window + SPARE_ROWS * stride_y) + 4 * classes * (window - stride_y)
+    strip = 4 * bands * window * window / stride_x + 2 * 2 * bands * window + 2 * window
+    block = 4 * (classes + 1) * stride_y + (4 + 8 + 1 + 1 + 1 + 8) * stride_y
+    return int(accumulator + STRIPS_IN_FLIGHT * strip + BLOCKS_IN_FLIGHT * block)
 
 
 def predict_blocks(
@@ -212,6 +236,46 @@ class prefetch(Iterator[T]):  # noqa: N801 (used like a function)
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+class handoff:  # noqa: N801 (used like a function)
+    """Call `consume(item)` in a background thread for each item `put`, in order, up to `depth` items behind the
+    caller; an exception in `consume` comes through at the next `put` or at `close`."""
+
+    _STOP = object()
+
+    def __init__(self, consume: Callable[[T], None], *, depth: int = 2, name: str = "eoscale-handoff") -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(consume,), daemon=True, name=name)
+        self._thread.start()
+
+    def _run(self, consume: Callable[[T], None]) -> None:
+        while (item := self._queue.get()) is not self._STOP:
+            if self._error is None:  # after a failure, items are only taken off the queue
+                try:
+                    consume(item)
+                except BaseException as err:  # handed to the caller, who raises it
+                    self._error = err
+
+    def put(self, item: T) -> None:
+        self._raise()
+        self._queue.put(item)
+
+    def close(self) -> None:
+        """Wait until every item put is consumed; raise what `consume` raised."""
+        self.stop()
+        self._raise()
+
+    def stop(self) -> None:
+        """Stop after the items put so far, without raising."""
+        if self._thread.is_alive():
+            self._queue.put(self._STOP)
+            self._thread.join()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
 
 
 @dataclass(frozen=True)

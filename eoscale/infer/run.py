@@ -50,7 +50,7 @@ from eoscale.infer.outputs import (
     write_cog,
     write_quicklook,
 )
-from eoscale.infer.predict import predict_blocks
+from eoscale.infer.predict import handoff, predict_blocks
 from eoscale.infer.windows import WindowGrid, check_window
 from eoscale.ingest.reader import SceneReader
 from eoscale.ingest.sources import Scene, expand_paths, open_scene
@@ -250,13 +250,16 @@ def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, 
     counter = AreaCounter(len(classes), scene.crs, scene.transform)
     writer = PartWriter(folder, part, parts, MapEncoding.from_table(classes), counter, confidence=config.confidence)
     started = time.time()
+    writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward passes
     try:
         with SceneReader(scene) as reader:
             for block in predict_blocks(plan.model.network, reader, grid, contract=plan.model.contract,
                                         nodata=scene.nodata, blocks=blocks, batch_size=config.batch_size,
                                         ramp=config.ramp, on_batch=advance):
-                writer.write(block)
+                writes.put(block)
+        writes.close()
     except BaseException:
+        writes.stop()
         writer.abort()
         raise
     writer.close(started=started, finished=time.time(), windows=_part_windows(grid, part, parts))

@@ -58,3 +58,23 @@ def test_peak_memory_does_not_grow_with_the_scene(checkpoint, tmp_path):
     extra_pixels = (1200 - 300) * 400 * 10 * 4
     # measured: 36.2 MB and 34.6 MB of growth (strips, batches, accumulator, libraries' first use): no trend
     assert large_growth - small_growth < 0.5 * extra_pixels, (small_growth, large_growth)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
+def test_peak_memory_grows_with_the_width_by_at_most_the_documented_bytes(checkpoint, tmp_path):
+    """Width is what memory grows with: 4× the columns cost at most `bytes_per_column` per extra column."""
+    from eoscale.infer.predict import bytes_per_column
+    from eoscale.infer.windows import WindowGrid
+    from tests.infer.conftest import TABLE, TILE
+
+    warm, narrow, wide = tmp_path / "warm.tif", tmp_path / "narrow.tif", tmp_path / "wide.tif"
+    write_scene(warm, height=100, width=400, seed=1)
+    write_scene(narrow, height=300, width=400, seed=2)
+    write_scene(wide, height=300, width=1600, seed=3)
+    narrow_growth = _growth(checkpoint, warm, narrow, tmp_path / "n")
+    wide_growth = _growth(checkpoint, warm, wide, tmp_path / "w")
+    grid = WindowGrid.make(300, 1600, window=TILE, overlap=0.25)
+    documented = bytes_per_column(grid, bands=10, classes=len(TABLE)) * (1600 - 400)
+    assert wide_growth - narrow_growth <= documented, (narrow_growth, wide_growth, documented)
+    print(f"growth {narrow_growth / 1e6:.1f} MB → {wide_growth / 1e6:.1f} MB; documented bound {documented / 1e6:.1f} MB")
