@@ -95,22 +95,29 @@ def test_notebooks_are_stored_without_outputs():
                 assert not cell.outputs and cell.execution_count is None, f"{path.name} has outputs: clear them"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_notebook_runs(path, inputs, kernel, tmp_path, monkeypatch):
+def run_notebook(path: Path, env: dict[str, str], kernel_dir: str, cwd: Path, monkeypatch) -> list:
+    """Execute a notebook in a kernel of this interpreter with `env` set; its code cells' outputs, after
+    checking that none is an error and that it drew at least two figures."""
     import nbformat
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("JUPYTER_PATH", kernel)
+    monkeypatch.setenv("JUPYTER_PATH", kernel_dir)
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    for key, value in inputs.items():
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, kernel_name=KERNEL, timeout=300,
-                            resources={"metadata": {"path": str(tmp_path)}})  # the kernel's working directory
+                            resources={"metadata": {"path": str(cwd)}})  # the kernel's working directory
     client.execute()
     outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(images) >= 2, f"{path.name} drew {len(images)} figures"
+    return outputs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs(path, inputs, kernel, tmp_path, monkeypatch):
+    outputs = run_notebook(path, inputs, kernel, tmp_path, monkeypatch)
     assert "ddp-4" in str(outputs) if path.stem.startswith("02") else True

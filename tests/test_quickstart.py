@@ -1,0 +1,101 @@
+"""The README's main command, `bash scripts/quickstart.sh`, end to end as a new user runs it: synth → ingest →
+MAE pretraining → LoRA fine-tuning → a map of the held-out scene → compare; then the notebooks on what it made.
+
+It runs in a scratch copy of the repository's layout (scripts/, pipelines/, configs/ and the .venv linked, so
+set-up finds the venv up to date) and so never touches the checkout's own runs/quickstart/.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.notebooks.test_notebooks import NOTEBOOKS, kernel, run_notebook  # noqa: F401  (kernel: a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory) -> tuple[Path, str]:
+    work = tmp_path_factory.mktemp("quickstart")
+    for name in ("scripts", "pipelines", "configs", ".venv", "pyproject.toml"):
+        (work / name).symlink_to(ROOT / name)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SLURM_"))}
+    started = time.perf_counter()
+    done = subprocess.run(["bash", str(work / "scripts" / "quickstart.sh")], cwd=work, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1800)
+    print(f"quick start: {time.perf_counter() - started:.0f} s")
+    assert done.returncode == 0, done.stdout[-4000:]
+    return work / "runs" / "quickstart", done.stdout
+
+
+def test_quickstart_makes_a_valid_map_and_says_where(quickstart):
+    import rasterio
+    from rio_cogeo.cogeo import cog_validate
+
+    out, printed = quickstart
+    for step in ("1/6 synth", "2/6 ingest", "3/6 pretrain", "4/6 lora", "5/6 predict", "6/6 compare"):
+        assert f"== {step}" in printed
+    landcover = out / "maps" / "scene_004_landcover.tif"
+    valid, errors, _ = cog_validate(str(landcover), quiet=True)
+    assert valid, errors
+    with rasterio.open(landcover) as src, rasterio.open(out / "data" / "scenes" / "scene_004.tif") as scene:
+        assert src.crs == scene.crs and src.transform == scene.transform and src.shape == scene.shape
+        assert src.colormap(1) and src.nodata is not None
+        assert len(set(src.read(1, out_shape=(200, 200)).ravel().tolist()) - {src.nodata}) >= 3  # a real map
+    gdalinfo = subprocess.run(["gdalinfo", str(landcover)], capture_output=True, text=True, check=True).stdout
+    assert "Color Table" in gdalinfo and "LAYOUT=COG" in gdalinfo
+    for name in ("scene_004_quicklook.png", "scene_004_areas.csv", "scene_004_confidence.tif"):
+        assert (out / "maps" / name).stat().st_size > 0
+    assert (out / "mae" / "checkpoints" / "backbone.safetensors").is_file()
+    assert (out / "lora" / "adapters" / "quickstart" / "adapter_model.safetensors").is_file()
+    assert (out / "compare" / "comparison.md").is_file()
+    # the store the tiles come from never saw the held-out scene
+    import zarr
+    scenes = zarr.open_group(str(out / "tiles.zarr"), mode="r").attrs["scenes"]
+    assert [Path(s["paths"][0]).name for s in scenes] == [f"scene_00{i}.tif" for i in range(4)]
+    # where things are, and how to open MLflow
+    store = (out / "mlflow.db").resolve()
+    assert f"mlflow ui --backend-store-uri sqlite:///{store}" in printed
+    assert "runs/quickstart/maps/scene_004_landcover.tif" in printed
+
+
+def test_quickstart_mlflow_store_has_the_runs(quickstart):
+    from mlflow import MlflowClient
+
+    out, _ = quickstart
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = {}
+    for experiment in ("eoscale", "eoscale-predict", "eoscale-compare"):
+        found = client.get_experiment_by_name(experiment)
+        assert found is not None, experiment
+        assert found.artifact_location == (out / "mlartifacts").resolve().as_uri()  # one artifact folder
+        runs[experiment] = client.search_runs([found.experiment_id])
+    names = sorted(r.info.run_name for r in runs["eoscale"])
+    assert names == ["quickstart-lora", "quickstart-mae"]
+    assert all(r.info.status == "FINISHED" for group in runs.values() for r in group)
+    lora = next(r for r in runs["eoscale"] if r.info.run_name == "quickstart-lora")
+    assert 0.0 < lora.data.metrics["val_miou"] <= 1.0
+    (predict,) = runs["eoscale-predict"]
+    assert predict.data.metrics["km2"] > 0 and predict.data.params["adapter"] == ""
+    assert len(runs["eoscale-compare"]) == 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebooks_on_the_quickstart(path, quickstart, kernel, tmp_path, monkeypatch):
+    """The notebooks with their defaults, from notebooks/ of the scratch copy: what a user opens next."""
+    out, _ = quickstart
+    notebooks = out.parents[1] / "notebooks"
+    notebooks.mkdir(exist_ok=True)
+    env = {"MLFLOW_TRACKING_URI": ""} if path.stem.startswith("02") else {}
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for key in ("EOSCALE_STORE", "EOSCALE_MAP", "EOSCALE_CONFIDENCE"):
+        monkeypatch.delenv(key, raising=False)
+    outputs = run_notebook(path, {k: v for k, v in env.items() if v}, kernel, notebooks, monkeypatch)
+    if path.stem.startswith("02"):
+        assert "quickstart-lora" in str(outputs)
