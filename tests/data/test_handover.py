@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from eoscale.data import TileDataModule
+from eoscale.data import handover
 from eoscale.data.handover import _WIRE, Handover
 
 
@@ -77,3 +78,23 @@ def test_a_user_worker_init_fn_still_runs_and_is_not_wrapped_twice(store):
 
     mine = type(loader)(loader.dataset, num_workers=1, worker_init_fn=init, persistent_workers=False)
     assert len(list(mine)) == len(loader) and int(calls) == 1
+
+
+def test_the_main_process_maps_each_buffer_once_and_unmaps_it_when_the_workers_stop(store, slots_used):
+    dm = TileDataModule(store, batch_size=2, num_workers=2)
+    dm.setup("validate")
+    loader = dm.val_dataloader()
+    expected = [t for batch in loader for t in batch["tile"].tolist()]
+    before = set(handover._MAPPED)  # the persistent workers' of `loader`
+    mine = type(loader)(loader.dataset, num_workers=2, persistent_workers=False)
+    mapped, tiles = collections.defaultdict(set), []
+    for batch in mine:
+        tiles += batch["tile"].tolist()
+        for token, slots in handover._MAPPED.items():
+            for slot, buffer in slots.items():
+                mapped[token, slot].add(buffer.data_ptr())
+    assert tiles == expected and len(tiles) // 2 > 2 * Handover.SLOTS  # slots reused
+    new = {key: ptrs for key, ptrs in mapped.items() if key[0] not in before}
+    assert len({token for token, _ in new}) == 2  # one name per worker
+    assert all(len(ptrs) == 1 for ptrs in new.values())  # each buffer mapped once, then named
+    assert set(handover._MAPPED) == before  # the epoch's workers stopped: nothing of theirs stays mapped

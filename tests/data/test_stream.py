@@ -15,6 +15,7 @@ from eoscale import schema
 from eoscale.data import TileDataModule, open_store
 from eoscale.data import augment
 from eoscale.data.augment import dihedral
+from eoscale.data import stream
 from eoscale.data.stream import ShardReader
 from tests.data.conftest import BANDS, class_of_pixels
 
@@ -174,3 +175,18 @@ def test_workers_without_a_batch_are_fine(store):
     tiles = [t for batch in loader for t in batch["tile"].tolist()]
     assert len(loader) == -(-len(tiles) // 64)
     assert tiles == list(range(*dm.split_range("val")))  # evaluation keeps store order within a worker
+
+
+@pytest.mark.parametrize("bands", [None, ["B08", "B03"]])
+def test_batches_through_zarr_equal_the_direct_reads(store, monkeypatch, bands):
+    def batches():
+        dm = TileDataModule(store, batch_size=8, num_workers=0, bands=bands, seed=5)
+        dm.setup("fit")
+        return [dm.normalise(b) for b in dm.train_dataloader()]
+
+    direct = batches()
+    monkeypatch.setattr(stream, "_direct_layout", lambda array: None)  # a layout the direct path does not know
+    through_zarr = batches()
+    assert len(direct) == len(through_zarr) > 0
+    for a, b in zip(direct, through_zarr, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
