@@ -287,6 +287,8 @@ def show(figures: dict) -> None:
     from rich.table import Table
 
     console = Console()
+    if not console.is_terminal:  # a log file: wide enough that no column is cut
+        console = Console(width=130)
     fractions = [f"{f:g}" for f in figures["fractions"]]
     table = Table(title=f"val mIoU after {figures['steps']} steps of {figures['batch_size']} tiles "
                         f"({figures['model']}, patch {figures['patch_size']})")

@@ -56,7 +56,7 @@ def test_bench_adapters_records_every_fit(tmp_path, capsys):
     from tests.train.conftest import make_store
 
     store = make_store(tmp_path / "store")
-    code = main(["bench", "adapters", str(store), "--model", "test_vit", "--mae-steps", "3", "--mae-batch-size", "4",
+    code = main(["bench", "adapters", str(store), "--model", "vit_tiny_patch16_224", "--mae-steps", "3", "--mae-batch-size", "4",
                  "--steps", "4", "--batch-size", "4", "--fraction", "0.5", "--decoder-channels", "8",
                  "--record", str(tmp_path / "bench")])
     assert code == 0
@@ -76,5 +76,5 @@ def test_bench_adapters_records_every_fit(tmp_path, capsys):
     assert one["lora"]["adapter_megabytes"] > 0
     assert set(figures["lora_vs_full"]) == {"step_time", "peak_rss", "state_bytes"}
     assert 0 < figures["lora_parameters"]["adapter_vs_backbone"] < 1
-    assert {c["model"] for c in figures["lora_fraction_by_model"]} == {"test_vit", "vit_small_patch16_224"}
+    assert {c["model"] for c in figures["lora_fraction_by_model"]} == {"vit_tiny_patch16_224", "vit_small_patch16_224"}
     assert "val mIoU after 4 steps" in capsys.readouterr().out
