@@ -23,10 +23,11 @@ Where the hooks run (Lightning's rules):
 The LightningModule's batches are `{"image": float32 (B, C, T, T), "label": int64 (B, T, T), "tile": int64 (B,)}`
 ("label" only with `labels=True`). Images are normalised with the store's per-band mean and std (of the chosen
 bands); a pixel where any chosen band is nodata reads 0 in every band and `ignore_index` in the label. Training
-tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label.
-The dataloaders themselves yield the compact batches that the workers made (uint16 images, uint8 labels:
-a third of the bytes to hand over, pin and copy); code that iterates one by hand calls `normalise` on each
-batch, after moving it to its device:
+tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label: the
+workers draw it (a "turn" per tile, from the seed, epoch, rank and worker), `normalise` applies it on the device
+(`eoscale.data.augment`). The dataloaders themselves yield the compact batches that the workers made (uint16
+images, uint8 labels: a third of the bytes to hand over, pin and copy; "turn" in training); code that iterates
+one by hand calls `normalise` on each batch, after moving it to its device:
 
     for batch in dm.predict_dataloader():
         batch = dm.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
@@ -50,10 +51,10 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler, _MultiProcessi
 
 from eoscale import schema
 from eoscale.classes import ClassTable
-from eoscale.data.partition import train_subset
-from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.augment import dihedral
 from eoscale.data.handover import _WIRE, Handover, forget
+from eoscale.data.partition import train_subset
+from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
 

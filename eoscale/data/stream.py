@@ -1,13 +1,16 @@
 """`TileStream`: a split of a tile store streamed shard by shard into batches, inside DataLoader workers.
 
 Each worker reads the runs of tiles that `eoscale.data.partition` gives it for the epoch (whole shards,
-except at the split's and the workers' edges), shuffles them in a buffer of several shards for training,
-and yields compact batches, as stored: `{"image": uint16 (B, C, T, T) (the chosen bands), "label": uint8
-(B, T, T) (`ignore_index` wherever a band is nodata), "tile": int64 (B,)}`, turned for training. Converting
-them to what models take (float32 normalised images, int64 labels) is `TileDataModule.normalise`, on the
-accelerator after the transfer. Batching happens here, not in the DataLoader (use `batch_size=None` there),
-because the number of batches a rank yields must be exactly `len(stream)` on every rank, whatever the
-number of workers.
+except at the split's and the workers' edges), keeps them as stored (each tile's encoded chunk, a view of
+the mapped shard file: about half the bytes of decoded tiles) in a shuffle buffer of several shards for
+training, draws each batch's tiles from it in a random order and decodes each straight into its place in the
+batch. Batches are compact, as stored: `{"image": uint16 (B, C, T, T) (the chosen bands), "label": uint8
+(B, T, T) (`ignore_index` wherever a chosen band is nodata), "tile": int64 (B,)}`, and, for augmented
+training, "turn": uint8 (B,), one of the 8 symmetries of a square per tile, drawn from `rng(seed, epoch,
+rank, worker)`. Converting them to what models take (float32 normalised images, int64 labels) and turning
+them is `TileDataModule.normalise`, on the accelerator after the transfer. Batching happens here, not in the
+DataLoader (use `batch_size=None` there), because the number of batches a rank yields must be exactly
+`len(stream)` on every rank, whatever the number of workers.
 
 Why not random access (measured on the 2-core development machine, 10×64×64 uint16 tiles with their labels,
 blosc-zstd): one tile per read through zarr came at about 380–450 tiles/s per process; whole shards per read
@@ -15,11 +18,11 @@ through zarr at about 1,700–2,700 tiles/s; decoding each shard's file directly
 index, then the chunks' own codec from numcodecs) at about 3,200–6,400 tiles/s. `ShardReader` takes that
 direct path whenever the array has the plain layout `eoscale ingest` writes, and asks zarr otherwise.
 
-What a worker spends besides decoding (CPU seconds per 1,000 such tiles in one worker, same machine, decoding
-alone ~0.12): handing float32 images and int64 labels over in fresh shared memory, as before, 0.41; uint16 and
-uint8 instead, 0.25; the same through the reused buffers of `Handover`, 0.17 (and the main process's share
-fell from 0.05 to 0.02: one packed tensor, one file descriptor per batch). Turning the tiles takes ~0.5 ms
-per 32.
+What a worker spends besides decoding (CPU µs per tile in one process, same machine and tiles, decoding
+alone 76–87, while other work loaded the 2 cores 4–10×): with the tiles decoded into the buffer, then copied,
+turned, into the batch, as before, 164 in all; decoded straight into the batch, turned on the device, 107–144;
+reading a shard file into fresh memory cost 10–15 of those, mapping it 2–5. Batches then reach the main
+process through the reused shared-memory buffers of `eoscale.data.handover` (~17–20 µs a tile there).
 """
 
 from __future__ import annotations

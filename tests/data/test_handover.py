@@ -8,8 +8,7 @@ import collections
 import pytest
 import torch
 
-from eoscale.data import TileDataModule
-from eoscale.data import handover
+from eoscale.data import TileDataModule, handover
 from eoscale.data.handover import _WIRE, Handover
 
 

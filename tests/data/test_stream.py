@@ -12,10 +12,8 @@ import torch
 import zarr
 
 from eoscale import schema
-from eoscale.data import TileDataModule, open_store
-from eoscale.data import augment
+from eoscale.data import TileDataModule, augment, open_store, stream
 from eoscale.data.augment import dihedral
-from eoscale.data import stream
 from eoscale.data.stream import ShardReader
 from tests.data.conftest import BANDS, class_of_pixels
 
