@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
-import torch
 from affine import Affine
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
@@ -141,14 +140,15 @@ class PartWriter:
             self.first_row = block.row
         if block.probs.shape[1] == 0:
             return
-        confidence, index = torch.max(block.probs, dim=0)
-        index = index.cpu().numpy()
+        # numpy, not torch: this runs beside the forward passes (run.predict_part), and a torch kernel here would
+        # start a second team of OpenMP threads on cores the forward's own team is using
+        index, confidence = most_probable(block.probs.cpu().numpy())
         valid = block.valid
         values = self.encoding.values[index]
         values[~valid] = self.encoding.nodata
         self._classes.write(np.ascontiguousarray(values).tobytes())
         if self._confidence is not None:
-            percent = torch.round(confidence * 100).clamp_(0, 100).to(torch.uint8).cpu().numpy()
+            percent = np.clip(np.round(confidence * np.float32(100)), 0, 100).astype(np.uint8)
             percent[~valid] = CONFIDENCE_NODATA
             self._confidence.write(percent.tobytes())
         self.counter.add(block.row, index, valid)
@@ -168,6 +168,18 @@ class PartWriter:
         for f in (self._classes, self._confidence):
             if f is not None:
                 f.close()
+
+
+def most_probable(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each pixel's most probable class `(classes, y, x) → (y, x)` and its probability; of equal ones the
+    first, as `torch.max` and `np.argmax` choose (one pass per class: faster than argmax along axis 0)."""
+    confidence = probs[0].copy()
+    index = np.zeros(probs.shape[1:], dtype=np.intp)
+    for c in range(1, probs.shape[0]):
+        better = probs[c] > confidence
+        index[better] = c
+        np.copyto(confidence, probs[c], where=better)
+    return index, confidence
 
 
 def part_path(folder: Path, part: int, parts: int) -> Path:

@@ -137,3 +137,19 @@ def test_scene_smaller_than_a_window(checkpoint, tmp_path):
     classes = read_map(tmp_path / "maps" / "tiny_landcover.tif")
     assert classes.shape == (20, 9) and (classes[:2, :3] == 0).all() and (classes[2:] > 0).all()
     assert run.scenes[0].areas["valid_pixels"] == 20 * 9 - 6
+
+
+def test_most_probable_class_is_torch_max_with_ties_to_the_first():
+    import torch
+
+    from eoscale.infer.outputs import most_probable
+
+    torch.manual_seed(0)
+    probs = torch.rand(8, 40, 50).softmax(dim=0)
+    probs[:, 0, :7] = 0.125  # eight equal classes: the first wins
+    probs[2:4, 1, :] = 0.6  # two equal best
+    confidence, index = torch.max(probs, dim=0)
+    got_index, got_confidence = most_probable(probs.numpy())
+    np.testing.assert_array_equal(got_index, index.numpy())
+    np.testing.assert_array_equal(got_confidence, confidence.numpy())
+    assert (got_index[0, :7] == 0).all() and (got_index[1] == 2).all()
