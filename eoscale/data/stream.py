@@ -19,9 +19,9 @@ index, then the chunks' own codec from numcodecs) at about 3,200–6,400 tiles/s
 direct path whenever the array has the plain layout `eoscale ingest` writes, and asks zarr otherwise.
 
 What a worker spends besides decoding (CPU µs per tile in one process, same machine and tiles, decoding
-alone 76–87, while other work loaded the 2 cores 4–10×): with the tiles decoded into the buffer, then copied,
-turned, into the batch, as before, 164 in all; decoded straight into the batch, turned on the device, 107–144;
-reading a shard file into fresh memory cost 10–15 of those, mapping it 2–5. Batches then reach the main
+alone 80–103, while other work loaded the 2 cores 5–10×): with the tiles decoded into the buffer, then copied,
+turned, into the batch, as before, 153–184 in all; decoded straight into the batch, turned on the device,
+99–128; reading a shard file into fresh memory cost 10–15 of those, mapping it 2–5. Batches then reach the main
 process through the reused shared-memory buffers of `eoscale.data.handover` (~17–20 µs a tile there).
 """
 
