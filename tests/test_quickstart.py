@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.notebooks.test_notebooks import NOTEBOOKS, kernel, run_notebook  # noqa: F401  (kernel: a fixture)
+from tests.notebooks.runner import run_notebook
+from tests.notebooks.test_notebooks import NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow

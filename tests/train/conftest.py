@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.rasters import CLASSES_CSV, write_labels, write_scene
 
@@ -102,12 +101,3 @@ def mlflow_server(tmp_path_factory):
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def one_thread():
-    """One torch thread for the test: runs compared value for value do the same reductions in the same order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from eoscale.cli import main
+from eoscale.infer.adapter_command import describe_adapters, merge
 from eoscale.infer.model import load_model
-from eoscale.train.adapter_command import describe_adapters, merge
 from tests.infer.conftest import make_checkpoint
 
 
