@@ -49,8 +49,11 @@ def test_every_shipped_pipeline_loads_and_renders_on_every_profile(path, profile
 def test_the_quickstart_pipeline_dry_run(capsys):
     assert main(["pipeline", "run", str(ROOT / "pipelines" / "quickstart.yaml"), "--dry-run"]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert [ln.split(":")[0] for ln in lines] == ["== 1/4 synth", "== 2/4 ingest", "== 3/4 info", "== 4/4 fit"]
-    assert "eoscale fit --config configs/smoke.yaml --data.init_args.store runs/quickstart/tiles.zarr" in lines[3]
+    assert [ln.split(":")[0] for ln in lines] == ["== 1/6 synth", "== 2/6 ingest", "== 3/6 pretrain", "== 4/6 lora",
+                                                  "== 5/6 predict", "== 6/6 compare"]
+    assert "eoscale pretrain --config configs/mae_pretrain.yaml --config configs/quickstart/pretrain.yaml" in lines[2]
+    assert "eoscale fit --config configs/lora_finetune.yaml --config configs/quickstart/lora.yaml" in lines[3]
+    assert "--input runs/quickstart/data/scenes/scene_004.tif" in lines[4]  # the scene ingest left out
 
 
 def test_steps_run_here_in_order(tmp_path, monkeypatch):

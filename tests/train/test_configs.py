@@ -10,13 +10,25 @@ from eoscale.train.cli import EoscaleCLI
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml"))
-FRAGMENTS = sorted(p for p in CONFIGS.glob("*/*.yaml"))
+FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
+# overlays of one config each: the quick start's small versions (pipelines/quickstart.yaml)
+OVERLAYS = {CONFIGS / "quickstart" / "pretrain.yaml": CONFIGS / "mae_pretrain.yaml",
+            CONFIGS / "quickstart" / "lora.yaml": CONFIGS / "lora_finetune.yaml"}
 
 
 def test_every_config_is_covered():
     assert {p.name for p in MODEL_CONFIGS} >= {"smoke.yaml", "resnet18_seg.yaml", "vit_s16_seg.yaml"}
     assert {p.name for p in FRAGMENTS} >= {"ddp.yaml", "fsdp.yaml"}
-    assert set(CONFIGS.rglob("*.yaml")) == set(MODEL_CONFIGS) | set(FRAGMENTS)
+    assert set(CONFIGS.rglob("*.yaml")) == set(MODEL_CONFIGS) | set(FRAGMENTS) | set(OVERLAYS)
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS), ids=lambda p: f"quickstart-{p.stem}")
+def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cli = EoscaleCLI(args=["--config", str(OVERLAYS[overlay]), "--config", str(overlay), "--data.init_args.store",
+                           str(store), "--trainer.default_root_dir", str(tmp_path)], run=False)
+    assert cli.model.hparams.backbone == "vit_tiny_patch16_224"
+    assert cli.trainer.max_steps == 150
 
 
 @pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.stem if p else "single")
