@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from eoscale.bench.train import training_state_bytes
 from eoscale.errors import InputError, InputNotFoundError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,11 +85,7 @@ class FitProbe(Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         # gradients exist here, optimizer state from the second step on: measure at the last step
         if trainer.global_step + 1 == trainer.max_steps:
-            params = sum(_bytes(p) for p in pl_module.parameters())
-            grads = sum(_bytes(p.grad) for p in pl_module.parameters() if p.grad is not None)
-            state = sum(_bytes(v) for s in optimizer.state.values() for v in s.values()
-                        if isinstance(v, torch.Tensor) and v.dim() > 0)
-            self.state_bytes = params + grads + state
+            self.state_bytes = training_state_bytes(pl_module, optimizer)
 
     def on_train_end(self, trainer, pl_module) -> None:
         out = os.environ.get("EOSCALE_BENCH_OUT")
@@ -115,11 +112,6 @@ class FitProbe(Callback):
 def _synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-
-
-def _bytes(tensor: torch.Tensor) -> int:
-    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-    return local.numel() * local.element_size()
 
 
 # -- the runs ------------------------------------------------------------------------------------------------

@@ -31,6 +31,16 @@ def _local_bytes(tensor: torch.Tensor) -> int:
     return local.numel() * local.element_size()
 
 
+def training_state_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """This rank's bytes of parameters, gradients and optimizer state (shards only, under FSDP2); call it where
+    gradients exist, before the optimizer step (`on_before_optimizer_step`)."""
+    params = sum(_local_bytes(p) for p in module.parameters())
+    grads = sum(_local_bytes(p.grad) for p in module.parameters() if p.grad is not None)
+    state = sum(_local_bytes(v) for s in optimizer.state.values() for v in s.values()
+                if isinstance(v, torch.Tensor) and v.dim() > 0)
+    return params + grads + state
+
+
 class StepTimer(Callback):
     """Times training steps after `WARMUP_STEPS` and, at the end, the bytes of parameters, gradients and
     optimizer state this rank holds; rank 0 writes both to `$EOSCALE_BENCH_OUT`."""
@@ -51,11 +61,7 @@ class StepTimer(Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         # gradients exist here and optimizer state from the second step on: measure at the last step
         if trainer.global_step + 1 == trainer.max_steps:
-            params = sum(_local_bytes(p) for p in pl_module.parameters())
-            grads = sum(_local_bytes(p.grad) for p in pl_module.parameters() if p.grad is not None)
-            state = sum(_local_bytes(v) for s in optimizer.state.values() for v in s.values()
-                        if isinstance(v, torch.Tensor) and v.dim() > 0)
-            self.state_bytes = params + grads + state
+            self.state_bytes = training_state_bytes(pl_module, optimizer)
 
     def on_train_end(self, trainer, pl_module) -> None:
         seconds = time.perf_counter() - (self.started or time.perf_counter())
