@@ -19,7 +19,7 @@ def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = N
 
     try:
         return MLflowLogger(experiment_name=EXPERIMENT, run_name=run_name, tracking_uri=tracking_uri,
-                            root_dir=str(output))
+                            root_dir=str(output), local_metrics=False)
     except Exception as err:  # an unusable URI: the maps are written already, keep them and say so
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         warnings.warn(f"MLflow tracking at {tracking_uri!r} failed ({type(err).__name__}: {first}); "

@@ -40,7 +40,7 @@ from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities import rank_zero_only
 
-from eoscale.track.store import artifact_location, default_tracking_uri
+from eoscale.track.store import artifact_location, default_tracking_uri, sqlite_path
 
 HTTP_RETRIES = "2"  # MLflow's default retries with backoff for minutes before giving up on a dead server
 HTTP_TIMEOUT = "20"
@@ -73,6 +73,8 @@ class MLflowLogger(MLFlowLogger):
             (`eoscale fit` passes `trainer.default_root_dir`; default: the working directory).
         tags: extra MLflow tags.
         log_model: also upload checkpoints as artifacts (`True`: at the end, `"all"`: as they are written).
+        local_metrics: also append every metric to `<root_dir>/<experiment>/<run>/metrics.csv` (training's
+            copy for a tracking store that goes away; `eoscale predict` logs once and keeps its folder clean).
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class MLflowLogger(MLFlowLogger):
         tags: dict[str, Any] | None = None,
         log_model: bool | str = False,
         run_id: str | None = None,
+        local_metrics: bool = True,
     ) -> None:
         self._run_root = Path(root_dir or ".").resolve()
         uri = tracking_uri or default_tracking_uri(self._run_root)
@@ -97,7 +100,12 @@ class MLflowLogger(MLFlowLogger):
         # MLflow's client creates (and migrates) a SQLite store on construction, on every rank: two ranks
         # doing it at once collide ("Does not validate against any of the Union subtypes", then a hang at the
         # first collective), so they take turns under a file lock next to the store
-        lock = FileLock(str(self._run_root / ".mlflow.db.lock")) if uri.startswith("sqlite:") else nullcontext()
+        if uri.startswith("sqlite:"):
+            database = sqlite_path(uri).resolve()
+            database.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(database.with_name(database.name + ".lock")))
+        else:
+            lock = nullcontext()
         with lock:
             super().__init__(
                 experiment_name=experiment_name,
@@ -112,6 +120,7 @@ class MLflowLogger(MLFlowLogger):
         self._failed = False
         self._offline_id = f"offline-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self._resumed: dict[str, str] | None = None  # a resumed run's params as MLflow holds them
+        self._local_metrics = local_metrics
 
     @property
     def experiment(self):
@@ -227,6 +236,8 @@ class MLflowLogger(MLFlowLogger):
         super().after_save_checkpoint(checkpoint_callback)
 
     def _append_csv(self, metrics: Mapping[str, float], step: int | None) -> None:
+        if not self._local_metrics:
+            return
         path = self.local_dir / "metrics.csv"
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
