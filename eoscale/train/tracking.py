@@ -120,6 +120,7 @@ class MLflowLogger(MLFlowLogger):
         self._failed = False
         self._offline_id = f"offline-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self._resumed: dict[str, str] | None = None  # a resumed run's params as MLflow holds them
+        self._changed: set[str] = set()  # and the ones this resumed part wanted to change
         self._local_metrics = local_metrics
 
     @property
@@ -208,12 +209,13 @@ class MLflowLogger(MLFlowLogger):
         # (the resumed job's ckpt_path, its restart count) in a tag
         flat = _flatten_dict(_convert_params(params))
         new = {k: v for k, v in flat.items() if k not in self._resumed}
-        changed = sorted(k for k, v in flat.items() if k in self._resumed and str(v)[:250] != self._resumed[k])
+        changed = {k for k, v in flat.items() if k in self._resumed and str(v)[:250] != self._resumed[k]}
         if new:
             super().log_hyperparams(new)
             self._resumed.update({k: str(v)[:250] for k, v in new.items()})  # as Lightning cuts them
-        if changed:
-            self.experiment.set_tag(self.run_id, "eoscale.changed_on_resume", ",".join(changed)[:5000])
+        if changed - self._changed:  # the tag names every change of the resumed run, over all calls
+            self._changed |= changed
+            self.experiment.set_tag(self.run_id, "eoscale.changed_on_resume", ",".join(sorted(self._changed))[:5000])
 
     @rank_zero_only
     @_guarded

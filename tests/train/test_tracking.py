@@ -124,6 +124,9 @@ def test_resumed_run_keeps_params_and_names_changes(tmp_path: Path, monkeypatch)
     assert run.info.status == "RUNNING" and not again._failed
     assert run.data.params == {"lr": "0.1", "steps": "10", "ckpt_path": "last"}
     assert run.data.tags["eoscale.changed_on_resume"] == "steps"
+    again.log_hyperparams({"lr": 0.2})  # a later call (the run facts) adds to the tag, not replaces it
+    run = MlflowClient(again._tracking_uri).get_run(first.run_id)
+    assert run.data.tags["eoscale.changed_on_resume"] == "lr,steps" and run.data.params["lr"] == "0.1"
     with pytest.warns(RuntimeWarning, match="is not in .*: logging to a new run"):
         other = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", root_dir=str(tmp_path), run_id=first.run_id)
         other.log_hyperparams({"lr": 0.2})
