@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import subprocess
 import sys
@@ -62,21 +63,47 @@ def pixel_baseline(store: str, *, samples: int, seed: int) -> dict:
             "val_accuracy": float(np.trace(confusion) / confusion.sum())}
 
 
-def fit_resnet(store: str, work: Path, *, minutes: float, batch: int, workers: int) -> dict:
-    steps = 100_000  # the time budget ends the run; the schedule is cosine over an estimate of the steps
-    argv = [sys.executable, "-m", "eoscale", "fit", "--config", "configs/resnet18_seg.yaml",
+def _fit_argv(store: str, root: Path, *, batch: int, workers: int, steps: int) -> list[str]:
+    return [sys.executable, "-m", "eoscale", "fit", "--config", "configs/resnet18_seg.yaml",
             "--data.init_args.store", store, "--data.init_args.batch_size", str(batch),
             "--data.init_args.num_workers", str(workers), "--trainer.max_steps", str(steps),
-            "--trainer.max_time", time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60)),
-            "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "10",
-            "--model.init_args.warmup_steps", "50", "--trainer.default_root_dir", str(work / "fit")]
-    started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+            "--model.init_args.warmup_steps", "50", "--trainer.default_root_dir", str(root)]
+
+
+def _run_fit(argv: list[str], env: dict | None = None) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+                          env={**os.environ, **(env or {})})
     if done.returncode != 0:
         raise RuntimeError(f"eoscale fit failed:\n{done.stderr[-3000:]}")
+
+
+def step_seconds(store: str, work: Path, *, batch: int, workers: int, steps: int = 40) -> float:
+    """Seconds per training step of the run below, from a short run of the same fit (no validation)."""
+    from eoscale.bench.train import StepTimer  # noqa: F401 (the fit loads it by name)
+
+    out = work / "calibration.json"
+    argv = _fit_argv(store, work / "calibration", batch=batch, workers=workers, steps=steps)
+    argv += ["--trainer.limit_val_batches", "0", "--trainer.callbacks+=eoscale.bench.train.StepTimer"]
+    _run_fit(argv, {"EOSCALE_BENCH_OUT": str(out)})
+    timed = json.loads(out.read_text())
+    return timed["seconds"] / max(timed["steps_timed"], 1)
+
+
+def fit_resnet(store: str, work: Path, *, minutes: float, batch: int, workers: int) -> dict:
+    """Train for `minutes`. The LR schedule (warm-up, cosine to 0) must end when the budget does, so the step
+    count is set from a short calibration run's step time, less 10 % for validation and start-up; `max_time`
+    still stops the run at the budget if the machine slows down."""
+    seconds_per_step = step_seconds(store, work, batch=batch, workers=workers)
+    steps = max(100, int(0.9 * minutes * 60 / seconds_per_step) // 100 * 100)  # validated at the last step too
+    argv = _fit_argv(store, work / "fit", batch=batch, workers=workers, steps=steps)
+    argv += ["--trainer.max_time", time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60)),
+             "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "10"]
+    started = time.perf_counter()
+    _run_fit(argv)
     rows = [row for path in (work / "fit").rglob("metrics.csv") for row in csv.DictReader(path.open())]
     history = _series(rows, "val_miou")
     return {"model": "resnet18 + FPN (configs/resnet18_seg.yaml)", "minutes": minutes,
+            "seconds_per_step_calibrated": seconds_per_step, "max_steps": steps,
             "wall_seconds": time.perf_counter() - started, "val_miou_history": history,
             "val_miou": history[-1][1] if history else None, "best_val_miou": max((v for _, v in history), default=None)}
 
