@@ -9,9 +9,9 @@ never reaches zero, so a pixel that only one window covers (at a scene edge) kee
 The weights are separable (`ramp(y) * ramp(x)`), so their sum over the grid is the product of two 1-D
 sums, computed once per scene instead of accumulated per pixel.
 
-`RowAccumulator` holds the sums for a few rows of windows only (`window + 4 × stride` rows × the padded
-width): after row `j` is added, the rows no later window touches are normalised and handed out. Memory is
-therefore bounded by the scene's width, whatever its height.
+`RowAccumulator` holds the sums for a few rows of windows only (`window + 4 × stride` rows × the width of
+one column tile, halo included): after row `j` is added, the rows no later window touches are normalised and
+handed out. Memory is therefore bounded by the column tile's width, whatever the scene's size.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from eoscale.infer.windows import AxisGrid, WindowGrid
+from eoscale.infer.windows import AxisGrid, Span, WindowGrid
 
 Ramp = Literal["cosine", "linear"]
 RAMPS = ("cosine", "linear")
@@ -57,10 +57,11 @@ def axis_weight_sums(axis: AxisGrid, weights: np.ndarray) -> np.ndarray:
 class RowAccumulator:
     """Weighted sums of the windows' class probabilities over one row of windows; see the module docstring.
 
-    Windows are added in grid order starting at window row `first_row`; `finish_row(j)` after the last
-    window of row `j` returns block `j`'s blended probabilities (scene rows `grid.block_rows(j)`, all scene
-    columns) and moves on to row `j + 1`. Additions happen in the same order whatever the batch size or the
-    process, so the sums, and the map, are bit-for-bit the same.
+    Windows are added in grid order starting at window row `first_row`, window columns `cols.first ..
+    cols.stop - 1` of each row (default: all); `finish_row(j)` after the last window of row `j` returns block
+    `j`'s blended probabilities (scene rows `grid.block_rows(j)`, scene columns `cols.out_start ..
+    cols.out_stop`) and moves on to row `j + 1`. A pixel's sum takes the same windows in the same order
+    whatever the batch size, the process or the column tile, so the sums, and the map, are bit-for-bit the same.
     """
 
     def __init__(
@@ -69,11 +70,13 @@ class RowAccumulator:
         classes: int,
         *,
         first_row: int = 0,
+        cols: Span | None = None,
         kind: Ramp = "cosine",
         device: torch.device | str = "cpu",
     ) -> None:
         self.grid = grid
         self.row = first_row
+        self.cols = cols = cols or Span.of(grid.cols, range(grid.cols.count))
         window = grid.window
         overlap_y = grid.rows.window - grid.rows.stride
         overlap_x = grid.cols.window - grid.cols.stride
@@ -84,28 +87,31 @@ class RowAccumulator:
         # room for SPARE_ROWS rows of windows below the open one, so the rows still open move up only once
         # every SPARE_ROWS rows (a copy of the buffer) instead of after every row
         rows = window + SPARE_ROWS * grid.rows.stride
-        self.sums = torch.zeros((classes, rows, grid.cols.span), dtype=torch.float32, device=device)
+        self.sums = torch.zeros((classes, rows, cols.size), dtype=torch.float32, device=device)
         self._top = 0  # buffer row of the open window row's first row
 
     def add(self, row: int, col: int, weighted: Tensor) -> None:
         """Add window (`row`, `col`)'s probabilities, already multiplied by `self.weights`."""
         if row != self.row:
             raise RuntimeError(f"window row {row} added while row {self.row} is open: add windows in grid order")
-        x, y = col * self.grid.cols.stride, self._top
+        x, y = (col - self.cols.first) * self.grid.cols.stride, self._top
         self.sums[:, y : y + self.grid.window, x : x + self.grid.window] += weighted
 
     def finish_row(self, row: int) -> Tensor:
-        """Block `row`'s blended probabilities `(classes, rows, width)`; then open the next row."""
+        """Block `row`'s blended probabilities `(classes, rows, columns)`; then open the next row."""
         if row != self.row:
             raise RuntimeError(f"finish_row({row}) while row {self.row} is open")
         grid = self.grid
         start, stop = grid.block_rows(row)
         top = grid.rows.start(row)  # padded row of self.sums[:, 0]
         a, b = start - top, stop - top
-        left = grid.cols.margin
+        cols = self.cols
+        left = cols.out_start - cols.origin  # buffer column of the tile's first output column
+        right = cols.out_stop - cols.origin
         first = top + grid.rows.margin  # index of row `top` in the padded weight sums
-        norm = self._sum_y[first + a : first + b, None] * self._sum_x[None, left : left + grid.width]
-        block = self.sums[:, self._top + a : self._top + b, left : left + grid.width] / norm
+        pad = grid.cols.margin  # index of scene column 0 in the padded weight sums
+        norm = self._sum_y[first + a : first + b, None] * self._sum_x[None, cols.out_start + pad : cols.out_stop + pad]
+        block = self.sums[:, self._top + a : self._top + b, left:right] / norm
         self._top += grid.rows.stride
         if self._top + grid.window > self.sums.shape[1]:
             # move the rows later windows still add to up to the top, and clear the rest

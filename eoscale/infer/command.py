@@ -27,11 +27,14 @@ from pathlib import Path
 
 from eoscale.errors import InputError
 
+COLUMN_TILE = 4096  # eoscale.infer.predict.COLUMN_TILE, without importing torch for --help
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = ("Memory does not grow with a scene's height; it grows with its width, by at most about 96 KB "
-                     "per column for 10 bands, 10 classes and 128-px windows at overlap 0.25 (more with larger "
-                     "windows or overlaps: eoscale.infer.predict.bytes_per_column), plus the model's own.")
+    parser.epilog = ("Memory does not grow with the scene: a scene is swept in column tiles of at most "
+                     "--column-tile columns, and each column costs at most about 96 KB for 10 bands, 10 classes and "
+                     "128-px windows at overlap 0.25 (~400 MB at the default; more with larger windows or overlaps: "
+                     "eoscale.infer.predict.bytes_per_column), plus the model's own.")
     parser.add_argument("--checkpoint", required=True, help="an eoscale checkpoint file (from 'eoscale fit')")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--input", nargs="+", metavar="SCENE",
@@ -46,6 +49,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlap", type=float, default=0.25,
                         help="overlap of neighbouring windows, a fraction of the window (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: %(default)s)")
+    parser.add_argument("--column-tile", type=int, default=COLUMN_TILE, metavar="PX",
+                        help="widest sweep over a scene, in columns, halo included: bounds memory; the map is the "
+                             "same whatever it is (default: %(default)s)")
     parser.add_argument("--devices", type=int, default=1,
                         help="processes to start (one per GPU, or CPU processes); ignored under srun/torchrun")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
@@ -68,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = PredictConfig(
         checkpoint=args.checkpoint, inputs=list(args.input), output=args.output, adapter=args.adapter,
-        window=args.window, overlap=args.overlap, batch_size=args.batch_size, devices=args.devices,
+        window=args.window, overlap=args.overlap, batch_size=args.batch_size, column_tile=args.column_tile,
+        devices=args.devices,
         device=args.device, confidence=args.confidence, overwrite=args.overwrite,
         band_names=_band_names(args.band_names), progress=not args.no_progress,
     )

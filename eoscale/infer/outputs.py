@@ -10,8 +10,8 @@ Per scene, in the output folder:
 
 Codes rather than indices, so the map reads like the product it was trained on; the class table (code,
 name, colour) is in the COG's tags. Each process appends the rows it finishes to its *part* files (raw
-rows, written in order); the process that finalises the scene copies the parts, in order, into a tiled
-GeoTIFF and turns that into the COG with rio-cogeo. Everything is written under a hidden `.partial` name
+rows of one column tile, written in order); the process that finalises the scene copies every part into its
+place in a tiled GeoTIFF and turns that into the COG with rio-cogeo. Everything is written under a hidden `.partial` name
 and renamed at the end, the class map last: an interrupted run leaves nothing that looks finished.
 """
 
@@ -118,16 +118,18 @@ def map_tags(table: ClassTable, encoding: MapEncoding, extra: dict[str, str]) ->
 
 # -- parts ----------------------------------------------------------------------------------------------------
 class PartWriter:
-    """One process's rows of a scene's map (and confidence), appended block by block to raw files."""
+    """One process's rows of one column tile of a scene's map (and confidence), appended block by block to raw
+    files at `path` (+ `.classes`, `.confidence`; `.json` describes the part once it is finished)."""
 
-    def __init__(self, folder: Path, part: int, parts: int, encoding: MapEncoding, counter: AreaCounter,
-                 *, confidence: bool) -> None:
-        self.path = part_path(folder, part, parts)
+    def __init__(self, path: Path, encoding: MapEncoding, counter: AreaCounter, *, confidence: bool) -> None:
+        self.path = path
         self.encoding = encoding
         self.counter = counter
         self.rows = 0
         self.first_row: int | None = None
-        folder.mkdir(parents=True, exist_ok=True)
+        self.col = 0
+        self.columns = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
         self._classes = open(self._tmp(".classes"), "wb")
         self._confidence = open(self._tmp(".confidence"), "wb") if confidence else None
 
@@ -137,7 +139,7 @@ class PartWriter:
     def write(self, block: Block) -> None:
         """Turn a block's probabilities into stored values and append them."""
         if self.first_row is None:
-            self.first_row = block.row
+            self.first_row, self.col, self.columns = block.row, block.col, int(block.probs.shape[2])
         if block.probs.shape[1] == 0:
             return
         # numpy, not torch: this runs beside the forward passes (run.predict_part), and a torch kernel here would
@@ -160,7 +162,8 @@ class PartWriter:
             if f is not None:
                 f.close()
                 os.replace(self._tmp(suffix), self.path.with_suffix(suffix))
-        description = {"first_row": self.first_row, "rows": self.rows, "areas": self.counter.state(), **meta}
+        piece = {"row": self.first_row or 0, "col": self.col, "rows": self.rows, "columns": self.columns}
+        description = {"piece": piece, "areas": self.counter.state(), **meta}
         self._tmp(".json").write_text(json.dumps(description))
         os.replace(self._tmp(".json"), self.path.with_suffix(".json"))
 
@@ -182,14 +185,26 @@ def most_probable(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return index, confidence
 
 
-def part_path(folder: Path, part: int, parts: int) -> Path:
-    return Path(folder) / f"part-{part:04d}-of-{parts:04d}"
+def part_path(folder: Path, part: int, parts: int, tile: int = 0, tiles: int = 1) -> Path:
+    """Where process part `part` of `parts` writes column tile `tile` of `tiles` (suffixes added)."""
+    return Path(folder) / f"part-{part:04d}-of-{parts:04d}-cols-{tile:03d}-of-{tiles:03d}"
 
 
-def read_part(folder: Path, part: int, parts: int) -> dict | None:
+def read_part(path: Path) -> dict | None:
     """A finished part's description, or None while it is not finished."""
-    path = part_path(folder, part, parts).with_suffix(".json")
+    path = Path(path).with_suffix(".json")
     return json.loads(path.read_text()) if path.exists() else None
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A part file's place in the map: `rows` × `columns` pixels from scene row `row`, column `col`."""
+
+    path: Path  # without suffix
+    row: int
+    col: int
+    rows: int
+    columns: int
 
 
 def _rows(paths: list[Path], width: int, dtype: str, rows: int) -> Iterator[np.ndarray]:
@@ -216,11 +231,12 @@ class Georef:
     height: int
 
 
-def write_cog(parts: list[Path], dst: Path, georef: Georef, *, dtype: str, nodata: int, overview: str,
-              colormap: dict | None = None, tags: dict | None = None, band_tags: dict | None = None,
+def write_cog(pieces: list[Piece], suffix: str, dst: Path, georef: Georef, *, dtype: str, nodata: int,
+              overview: str, colormap: dict | None = None, tags: dict | None = None, band_tags: dict | None = None,
               description: str = "") -> None:
-    """Copy the parts' rows into a tiled GeoTIFF next to `dst`, then write `dst` as a COG (deflate, internal
-    tiles, `overview`-resampled overviews) from it. Memory stays at a strip of `BLOCKSIZE` rows."""
+    """Copy the pieces' files (`piece.path` + `suffix`) into their places in a tiled GeoTIFF next to `dst`, then
+    write `dst` as a COG (deflate, internal tiles, `overview`-resampled overviews) from it. Memory stays at
+    `BLOCKSIZE` rows of one piece."""
     from rio_cogeo.cogeo import cog_translate
     from rio_cogeo.profiles import cog_profiles
 
@@ -230,12 +246,15 @@ def write_cog(parts: list[Path], dst: Path, georef: Georef, *, dtype: str, nodat
                    blockysize=BLOCKSIZE, BIGTIFF="IF_SAFER")  # uncompressed: read once, right away, by cog_translate
     try:
         with rasterio.open(staging, "w", **profile) as out:
-            row = 0
-            for strip in _rows(parts, georef.width, dtype, BLOCKSIZE):
-                out.write(strip, 1, window=rasterio.windows.Window(0, row, georef.width, strip.shape[0]))
-                row += strip.shape[0]
-            if row != georef.height:
-                raise RuntimeError(f"parts hold {row} rows of a {georef.height}-row map")
+            pixels = 0
+            for piece in pieces:
+                row = piece.row
+                for strip in _rows([piece.path.with_suffix(suffix)], piece.columns, dtype, BLOCKSIZE):
+                    out.write(strip, 1, window=rasterio.windows.Window(piece.col, row, piece.columns, strip.shape[0]))
+                    row += strip.shape[0]
+                pixels += (row - piece.row) * piece.columns
+            if pixels != georef.height * georef.width:
+                raise RuntimeError(f"parts hold {pixels} pixels of a {georef.height}×{georef.width} map")
             if colormap:
                 out.write_colormap(1, colormap)
             out.update_tags(**(tags or {}))

@@ -2,8 +2,9 @@
 
     grid = WindowGrid.make(scene.height, scene.width, window=256, overlap=0.25)
     with SceneReader(scene) as reader:
-        for block in predict_blocks(network, reader, grid, contract=contract, nodata=scene.nodata):
-            ...  # block.probs: (classes, rows, width), block.valid: (rows, width)
+        for tile in grid.column_tiles(COLUMN_TILE):
+            for block in predict_blocks(network, reader, grid, contract=contract, nodata=scene.nodata, cols=tile):
+                ...  # block.probs: (classes, rows, columns), block.valid: (rows, columns) from block.col on
 
 A reader thread reads the strip of the scene under each row of windows (through `SceneReader`, mirrored at
 the scene's edges), normalises it as training did, and cuts it into windows, one strip ahead of the model,
@@ -11,11 +12,14 @@ so reading overlaps the forward passes (and `handoff` lets the caller write fini
 thread, so writing overlaps them too). Windows go through the model in batches that may span rows; their
 probabilities are blended by `RowAccumulator` in grid order, and each block leaves as soon as it is final.
 
-Memory does not depend on the scene's height, and grows with its width by `bytes_per_column` (the rows the
-accumulator keeps, the strips read ahead and the blocks on their way out): at most about 96 KB per column
-for 10 bands, 10 classes and 128-px windows at overlap 0.25, so 9.6 GB for a scene 100,000 pixels wide, on
-top of what does not depend on the scene (model, batch, libraries, GDAL's block cache). Split a wider scene
-into column tiles first (e.g. `gdal_translate -srcwin`).
+The loop sweeps one column tile of the scene at a time (`WindowGrid.column_tiles`): the windows of a range
+of column blocks plus the window columns of halo the first block needs. Memory therefore does not depend on
+the scene's size: it grows with the tile's width by `bytes_per_column` (the rows the accumulator keeps, the
+strips read ahead and the blocks on their way out), at most about 96 KB per column for 10 bands, 10 classes
+and 128-px windows at overlap 0.25, i.e. ~400 MB for the default `COLUMN_TILE` of 4,096 columns, on top of
+what does not depend on the scene (model, batch, libraries, GDAL's block cache). The price is the halo: a
+scene wider than a tile computes one window column (at overlap ≤ 0.5) twice per tile boundary, about 2 %
+more forward passes at the defaults.
 """
 
 from __future__ import annotations
@@ -34,44 +38,49 @@ from torch import Tensor, nn
 
 from eoscale.errors import InputError
 from eoscale.infer.blend import SPARE_ROWS, Ramp, RowAccumulator
-from eoscale.infer.windows import WindowGrid
+from eoscale.infer.windows import Span, WindowGrid
 from eoscale.ingest.reader import SceneReader
 from eoscale.train.checkpoint import BandContract
 
 T = TypeVar("T")
+COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at ~bytes_per_column × this
 STRIPS_IN_FLIGHT = 4  # read ahead (prefetch depth 2), being read, in the model
 BLOCKS_IN_FLIGHT = 4  # waiting to be written (the part writer's handoff depth 2), being written, being finished
 
 
 @dataclass(frozen=True)
 class Block:
-    """Final blended rows of a scene: block `index` of the grid, starting at scene row `row`."""
+    """Final blended pixels of a scene: row block `index` of the grid, from scene row `row` and column `col`."""
 
     index: int
     row: int
-    probs: Tensor  # (classes, rows, width) float32 on the model's device; sums to 1 over classes
-    valid: np.ndarray  # (rows, width) True where no band is nodata
+    probs: Tensor  # (classes, rows, columns) float32 on the model's device; sums to 1 over classes
+    valid: np.ndarray  # (rows, columns) True where no band is nodata
+    col: int = 0
 
 
 @dataclass(frozen=True)
 class Strip:
-    """The normalised pixels under one row of windows, cut into its windows."""
+    """The normalised pixels under one row of windows (of one column tile), cut into its windows."""
 
     row: int
     windows: Tensor  # (cols, bands, window, window), contiguous
-    valid: np.ndarray  # (window, padded width)
+    valid: np.ndarray  # (window, the span's padded width)
 
 
 def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndarray, scale: np.ndarray,
-               nodata: float) -> Strip:
-    """Window row `row`'s strip, normalised like the training tiles: `(x - mean) / std`, nodata as 0."""
+               nodata: float, cols: Span | None = None) -> Strip:
+    """Window row `row`'s strip under window columns `cols` (default: all), normalised like the training
+    tiles: `(x - mean) / std`, nodata as 0."""
+    cols = cols or Span.of(grid.cols, range(grid.cols.count))
     ys = grid.rows.positions(grid.rows.start(row), grid.rows.start(row) + grid.window)
-    xs = grid.cols.positions(-grid.cols.margin, -grid.cols.margin + grid.cols.span)
+    xs = grid.cols.positions(cols.origin, cols.origin + cols.size)
     top, bottom = int(ys.min()), int(ys.max()) + 1
-    raw = reader.read(top, 0, bottom - top, grid.width)
+    left, right = int(xs.min()), int(xs.max()) + 1
+    raw = reader.read(top, left, bottom - top, right - left)
     if not (len(ys) == bottom - top and ys[0] == top and ys[-1] == bottom - 1):
         raw = raw[:, ys - top]  # mirrored rows at the scene's top and bottom
-    raw = np.take(raw, xs, axis=2)  # (bands, window, padded width), mirrored at the left and right
+    raw = np.take(raw, xs - left, axis=2)  # (bands, window, span), mirrored at the left and right
     invalid = raw[0] == nodata
     for band in raw[1:]:
         invalid |= band == nodata
@@ -110,11 +119,13 @@ def predict_blocks(
     contract: BandContract,
     nodata: float,
     blocks: range | None = None,
+    cols: range | None = None,
     batch_size: int = 16,
     ramp: Ramp = "cosine",
     on_batch: Callable[[int], None] | None = None,
 ) -> Iterator[Block]:
-    """Blended blocks `blocks` (default: all) of the scene `reader` reads, in order; see the module docstring.
+    """Blended row blocks `blocks` (default: all) of the scene `reader` reads, in order, over column blocks
+    `cols` (default: all, i.e. the whole width); see the module docstring.
 
     `on_batch(windows)` is called after each forward pass. On a CUDA device the forward pass runs under
     bf16 autocast; probabilities and their blending stay float32.
@@ -126,18 +137,20 @@ def predict_blocks(
         return
     device = next(network.parameters()).device
     first = grid.first_window_row(blocks.start)
+    span = Span.of(grid.cols, range(grid.cols.count) if cols is None else cols)
     classes = len(contract.classes)
-    accumulator = RowAccumulator(grid, classes, first_row=first, kind=ramp, device=device)
+    accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
     mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
     scale = (1.0 / np.maximum(np.asarray(contract.std, dtype=np.float32), 1e-6))[:, None, None]
     strips = prefetch(
-        (read_strip(reader, grid, j, mean=mean, scale=scale, nodata=nodata) for j in range(first, blocks.stop)),
+        (read_strip(reader, grid, j, mean=mean, scale=scale, nodata=nodata, cols=span)
+         for j in range(first, blocks.stop)),
         depth=2,
     )
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-    last_col = grid.cols.count - 1
+    last_col = span.windows - 1
     try:
-        for batch in batched(((strip, k) for strip in strips for k in range(grid.cols.count)), batch_size):
+        for batch in batched(((strip, k) for strip in strips for k in range(span.windows)), batch_size):
             x = _stack(batch)
             if len(batch) == 1:
                 # torch on CPUs takes other kernels for a batch of one (measured: logits 2e-6 away from the same
@@ -152,9 +165,9 @@ def predict_blocks(
             with torch.inference_mode():
                 weighted = logits.float().softmax(dim=1).mul_(accumulator.weights)
                 for i, (strip, k) in enumerate(batch):
-                    accumulator.add(strip.row, k, weighted[i])
+                    accumulator.add(strip.row, span.first + k, weighted[i])
                     if k == last_col:
-                        finished.extend(_finish(accumulator, grid, strip, blocks))
+                        finished.extend(_finish(accumulator, grid, span, strip, blocks))
             if on_batch is not None:
                 on_batch(len(batch))
             yield from finished  # outside inference_mode: a generator's context would leak into its consumer
@@ -174,14 +187,14 @@ def _stack(batch: list[tuple[Strip, int]]) -> Tensor:
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
-def _finish(accumulator: RowAccumulator, grid: WindowGrid, strip: Strip, blocks: range) -> Iterator[Block]:
+def _finish(accumulator: RowAccumulator, grid: WindowGrid, span: Span, strip: Strip, blocks: range) -> Iterator[Block]:
     probs = accumulator.finish_row(strip.row)
     if strip.row not in blocks:  # a halo row, final in another process's part
         return
     start, stop = grid.block_rows(strip.row)
     top = grid.rows.start(strip.row)
-    left = grid.cols.margin
-    yield Block(strip.row, start, probs, strip.valid[start - top : stop - top, left : left + grid.width])
+    left, right = span.out_start - span.origin, span.out_stop - span.origin
+    yield Block(strip.row, start, probs, strip.valid[start - top : stop - top, left:right], col=span.out_start)
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:

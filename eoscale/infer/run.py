@@ -41,6 +41,7 @@ from eoscale.infer.outputs import (
     Georef,
     MapEncoding,
     PartWriter,
+    Piece,
     SceneOutputs,
     map_tags,
     part_path,
@@ -50,8 +51,8 @@ from eoscale.infer.outputs import (
     write_cog,
     write_quicklook,
 )
-from eoscale.infer.predict import handoff, predict_blocks
-from eoscale.infer.windows import WindowGrid, check_window
+from eoscale.infer.predict import COLUMN_TILE, handoff, predict_blocks
+from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.ingest.reader import SceneReader
 from eoscale.ingest.sources import Scene, expand_paths, open_scene
 
@@ -69,6 +70,7 @@ class PredictConfig:
     window: int | None = None  # default: the checkpoint's tile size
     overlap: float = 0.25
     batch_size: int = 16
+    column_tile: int = COLUMN_TILE  # widest sweep in columns, halo included (bounds memory; not the map)
     devices: int = 1
     device: str = "auto"  # auto | cpu | cuda
     confidence: bool = False
@@ -110,8 +112,14 @@ class Plan:
     window: int
     overlap: float
 
+    column_tile: int = COLUMN_TILE
+
     def grid(self, scene: Scene) -> WindowGrid:
         return WindowGrid.make(scene.height, scene.width, window=self.window, overlap=self.overlap)
+
+    def tiles(self, scene: Scene) -> list[range]:
+        """The scene's column tiles (ranges of column blocks), swept one after the other."""
+        return self.grid(scene).column_tiles(self.column_tile)
 
 
 def predict(config: PredictConfig) -> RunResult | None:
@@ -145,6 +153,8 @@ def check_config(config: PredictConfig) -> None:
         raise InputError(f"--overlap {config.overlap}: give a fraction of the window in [0, 1), e.g. 0.25")
     if config.batch_size < 1:
         raise InputError(f"--batch-size {config.batch_size}: give at least 1")
+    if config.column_tile < 1:
+        raise InputError(f"--column-tile {config.column_tile}: give a number of columns, e.g. {COLUMN_TILE}")
     if config.devices < 1:
         raise InputError(f"--devices {config.devices}: give at least 1")
     if config.ramp not in RAMPS:
@@ -168,7 +178,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         check_outputs(config, ids)
     window = config.window or model.contract.tile_size
     check_window(window, config.overlap)
-    return Plan(model, scenes, window, config.overlap)
+    return Plan(model, scenes, window, config.overlap, config.column_tile)
 
 
 def check_outputs(config: PredictConfig, scene_ids: list[str]) -> None:
@@ -195,7 +205,7 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
             # write its outputs) before this one gets here
             check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank])
             Path(config.output).mkdir(parents=True, exist_ok=True)
-            windows = [_part_windows(plan.grid(s), part, parts) for s, part, parts, _ in tasks]
+            windows = [_part_windows(plan, s, part, parts) for s, part, parts, _ in tasks]
             km2 = sum(w / plan.grid(s).count * _scene_km2(s) for w, (s, *_) in zip(windows, tasks, strict=True))
             with _progress(config.progress and rank == 0, sum(windows), km2) as bar:
                 advance = _steps(bar, heartbeat)
@@ -236,33 +246,41 @@ def pick_device(choice: str, local_rank: int) -> torch.device:
     return torch.device("cuda", local_rank % torch.cuda.device_count())
 
 
-def _part_windows(grid: WindowGrid, part: int, parts: int) -> int:
+def _part_windows(plan: Plan, scene: Scene, part: int, parts: int) -> int:
+    """Windows that process `part` of `parts` computes for `scene` (its halo rows and columns included)."""
+    grid = plan.grid(scene)
     blocks = grid.split_blocks(parts)[part]
-    return 0 if len(blocks) == 0 else (blocks.stop - grid.first_window_row(blocks.start)) * grid.cols.count
+    if len(blocks) == 0:
+        return 0
+    columns = sum(Span.of(grid.cols, tile).windows for tile in plan.tiles(scene))
+    return (blocks.stop - grid.first_window_row(blocks.start)) * columns
 
 
 def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, part: int, parts: int,
                  advance) -> None:
-    """Predict blocks `part` of `parts` of `scene` into its part files."""
+    """Predict row blocks `part` of `parts` of `scene`, column tile by column tile, into its part files."""
     grid = plan.grid(scene)
     blocks = grid.split_blocks(parts)[part]
-    classes = plan.model.classes
-    counter = AreaCounter(len(classes), scene.crs, scene.transform)
-    writer = PartWriter(folder, part, parts, MapEncoding.from_table(classes), counter, confidence=config.confidence)
-    started = time.time()
-    writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward passes
-    try:
-        with SceneReader(scene) as reader:
-            for block in predict_blocks(plan.model.network, reader, grid, contract=plan.model.contract,
-                                        nodata=scene.nodata, blocks=blocks, batch_size=config.batch_size,
-                                        ramp=config.ramp, on_batch=advance):
-                writes.put(block)
-        writes.close()
-    except BaseException:
-        writes.stop()
-        writer.abort()
-        raise
-    writer.close(started=started, finished=time.time(), windows=_part_windows(grid, part, parts))
+    tiles = plan.tiles(scene)
+    encoding = MapEncoding.from_table(plan.model.classes)
+    with SceneReader(scene) as reader:
+        for t, cols in enumerate(tiles):
+            counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
+            writer = PartWriter(part_path(folder, part, parts, t, len(tiles)), encoding, counter,
+                                confidence=config.confidence)
+            started = time.time()
+            writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward
+            try:
+                for block in predict_blocks(plan.model.network, reader, grid, contract=plan.model.contract,
+                                            nodata=scene.nodata, blocks=blocks, cols=cols,
+                                            batch_size=config.batch_size, ramp=config.ramp, on_batch=advance):
+                    writes.put(block)
+                writes.close()
+            except BaseException:
+                writes.stop()
+                writer.abort()
+                raise
+            writer.close(started=started, finished=time.time())
 
 
 def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts: int, *, peers: Peers | None = None,
@@ -270,17 +288,20 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
     """Once every part of `scene` is written (by `peers`, the processes writing the others): its outputs, then
     a note of the result for the summary."""
     folder = work / scene.id
-    wait_for(lambda: all(read_part(folder, p, parts) is not None for p in range(parts)), work,
+    tiles = len(plan.tiles(scene))
+    paths = [part_path(folder, p, parts, t, tiles) for p in range(parts) for t in range(tiles)]
+    wait_for(lambda: all(read_part(path) is not None for path in paths), work,
              what=f"the parts of scene {scene.id!r}", peers=peers)
     if advance is not None:
         advance(0)  # a step of work (for the heartbeat), no windows
-    described = [read_part(folder, p, parts) for p in range(parts)]
+    described = [read_part(path) for path in paths]
     counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
     for d in described:
         counter.merge(d["areas"])
     outputs = SceneOutputs.for_scene(Path(config.output), scene.id, confidence=config.confidence)
+    pieces = [Piece(path, **d["piece"]) for path, d in zip(paths, described, strict=True)]
     try:
-        areas = write_outputs(plan, config, scene, outputs, [part_path(folder, p, parts) for p in range(parts)], counter)
+        areas = write_outputs(plan, config, scene, outputs, pieces, counter)
     except BaseException:
         for path in outputs.files():
             partial(path).unlink(missing_ok=True)
@@ -296,7 +317,7 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
     (work / f"{scene.id}.result.json").write_text(json.dumps(asdict(result)))
 
 
-def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: SceneOutputs, parts: list[Path],
+def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: SceneOutputs, pieces: list[Piece],
                   counter: AreaCounter) -> dict:
     """The COG(s), area table and quick-look of a scene from its part files; returns the area table."""
     table = plan.model.classes
@@ -310,11 +331,11 @@ def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: Scen
         "EOSCALE_OVERLAP": str(config.overlap),
         "EOSCALE_BANDS": ",".join(plan.model.contract.bands),
     })
-    write_cog([p.with_suffix(".classes") for p in parts], partial(outputs.landcover), georef, dtype=encoding.dtype,
+    write_cog(pieces, ".classes", partial(outputs.landcover), georef, dtype=encoding.dtype,
               nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
               band_tags=band_tags, description="land-cover class code")
     if outputs.confidence is not None:
-        write_cog([p.with_suffix(".confidence") for p in parts], partial(outputs.confidence), georef,
+        write_cog(pieces, ".confidence", partial(outputs.confidence), georef,
                   dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",
                   tags={"EOSCALE_CHECKPOINT": checkpoint}, description="probability of the mapped class, percent")
     areas = area_table(counter, table, scene=scene.id)

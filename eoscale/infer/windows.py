@@ -7,10 +7,13 @@ mirror image inside it (numpy's `reflect`). The grid depends only on the scene's
 overlap, never on the batch size or the number of processes, which is what makes the output the same
 whatever those are.
 
-Rows of the output are cut into *blocks*: block `i` is the scene rows from the start of window row `i` to
-the start of window row `i + 1` (the last block runs to the scene's end). Once window row `i` is blended,
-no later window touches block `i`, so it is final; a process given blocks `[i0, i1)` needs window rows
-`first_window_row(i0) .. i1 - 1`, a few rows of halo before its own.
+Each axis is cut into *blocks*: block `i` is the pixels from the start of window `i` to the start of window
+`i + 1` (the last block runs to the scene's end). Exactly windows `first_window(i) .. i` touch block `i`, so
+once window row `i` is blended, row block `i` is final; a process given row blocks `[i0, i1)` needs window
+rows `first_window_row(i0) .. i1 - 1`, a few rows of halo before its own. Along the columns, a scene is cut
+into *column tiles* of whole column blocks (`column_tiles`) and swept tile by tile, each with the window
+columns of halo it needs, so memory is bounded by the tile's width, not the scene's; the halo windows are
+computed once for each tile they touch.
 """
 
 from __future__ import annotations
@@ -62,6 +65,56 @@ class AxisGrid:
         """Scene pixels that padded positions `[start, stop)` read (mirrored at the edges)."""
         return reflect(np.arange(start, stop), self.length)
 
+    def block(self, i: int) -> tuple[int, int]:
+        """Scene pixels `[start, stop)` of block `i` (empty when it lies wholly in the margin)."""
+        start = self.start(i)
+        stop = self.length if i == self.count - 1 else self.start(i + 1)
+        start, stop = max(start, 0), min(stop, self.length)
+        return start, max(start, stop)
+
+    def first_window(self, block: int) -> int:
+        """The first window that touches block `block`."""
+        # window j reaches pixels below start(j) + window, so it touches block i while (i - j) * stride < window
+        return max(0, block - math.ceil(self.window / self.stride) + 1)
+
+    def split(self, parts: int) -> list[range]:
+        """Blocks in `parts` contiguous ranges, as equal in count as possible."""
+        return [range(p * self.count // parts, (p + 1) * self.count // parts) for p in range(parts)]
+
+    def tiles(self, pixels: int) -> list[range]:
+        """Blocks in contiguous ranges whose windows (halo included) span at most `pixels`, as few and as equal
+        as that allows; each holds at least one block."""
+        # blocks [b0, b1) need windows b0 - halo .. b1 - 1: (b1 - b0 - 1 + halo) strides plus a window of pixels
+        halo = math.ceil(self.window / self.stride) - 1
+        per_tile = max(1, (pixels - self.window) // self.stride - halo + 1)
+        return self.split(math.ceil(self.count / per_tile))
+
+
+@dataclass(frozen=True)
+class Span:
+    """The windows `[first, stop)` along one axis that blocks `blocks` need, and the pixels they cover."""
+
+    blocks: range
+    first: int  # first window (the halo's, if any)
+    stop: int  # one past the last window
+    origin: int  # padded position of the first window's first pixel (negative in the margin)
+    size: int  # pixels from the first window's start to the last one's end
+    out_start: int  # scene pixels [out_start, out_stop) of the blocks: what the span is final for
+    out_stop: int
+
+    @classmethod
+    def of(cls, axis: AxisGrid, blocks: range) -> Span:
+        first = axis.first_window(blocks.start)
+        origin = axis.start(first)
+        out_start = axis.block(blocks.start)[0]
+        out_stop = max(out_start, axis.block(blocks.stop - 1)[1])
+        return cls(blocks, first, blocks.stop, origin, axis.start(blocks.stop - 1) + axis.window - origin,
+                   out_start, out_stop)
+
+    @property
+    def windows(self) -> int:
+        return self.stop - self.first
+
 
 @dataclass(frozen=True)
 class WindowGrid:
@@ -92,21 +145,20 @@ class WindowGrid:
         return self.cols.length
 
     def block_rows(self, i: int) -> tuple[int, int]:
-        """Scene rows `[start, stop)` of block `i` (empty when it lies wholly in the margin)."""
-        start = self.rows.start(i)
-        stop = self.rows.length if i == self.rows.count - 1 else self.rows.start(i + 1)
-        start, stop = max(start, 0), min(stop, self.rows.length)
-        return start, max(start, stop)
+        """Scene rows `[start, stop)` of row block `i` (empty when it lies wholly in the margin)."""
+        return self.rows.block(i)
 
     def first_window_row(self, block: int) -> int:
-        """The first window row that touches block `block`: where a process that starts there begins."""
-        # window row j reaches rows below start(j) + window, so it touches block i while (i - j) * stride < window
-        return max(0, block - math.ceil(self.window / self.rows.stride) + 1)
+        """The first window row that touches row block `block`: where a process that starts there begins."""
+        return self.rows.first_window(block)
 
     def split_blocks(self, parts: int) -> list[range]:
-        """Blocks dealt to `parts` processes: contiguous ranges, as equal in windows as rows allow."""
-        n = self.rows.count
-        return [range(p * n // parts, (p + 1) * n // parts) for p in range(parts)]
+        """Row blocks dealt to `parts` processes: contiguous ranges, as equal in windows as rows allow."""
+        return self.rows.split(parts)
+
+    def column_tiles(self, pixels: int | None) -> list[range]:
+        """Column blocks in tiles whose windows span at most `pixels` columns (None: one tile, the whole width)."""
+        return [range(self.cols.count)] if pixels is None else self.cols.tiles(pixels)
 
 
 def check_window(window: int, overlap: float) -> None:

@@ -62,6 +62,27 @@ def test_blocks_partition_the_rows_and_halo_rows_are_enough(height, window, over
         assert [b for r in ranges for b in r] == list(range(grid.rows.count))
 
 
+@pytest.mark.parametrize("width,window,overlap", [(347, 32, 0.25), (1000, 128, 0.5), (90, 16, 0.8), (5, 32, 0.25)])
+@pytest.mark.parametrize("pixels", [1, 64, 200, 10_000])
+def test_column_tiles_cover_the_columns_once_within_their_width(width, window, overlap, pixels):
+    from eoscale.infer.windows import Span
+
+    grid = WindowGrid.make(40, width, window=window, overlap=overlap)
+    tiles = grid.column_tiles(pixels)
+    assert [b for t in tiles for b in t] == list(range(grid.cols.count))
+    spans = [Span.of(grid.cols, t) for t in tiles]
+    # the tiles' output columns partition the scene's columns
+    assert spans[0].out_start == 0 and spans[-1].out_stop == width
+    assert all(a.out_stop == b.out_start for a, b in zip(spans, spans[1:], strict=False))
+    for span in spans:
+        # within the asked width, unless one column block and its halo alone are wider
+        assert span.size <= pixels or len(span.blocks) == 1
+        assert span.first == grid.cols.first_window(span.blocks.start)
+    if pixels >= grid.cols.span:
+        assert len(tiles) == 1
+    assert grid.column_tiles(None) == [range(grid.cols.count)]
+
+
 class PerPixel(torch.nn.Module):
     """A 1×1 convolution: translation-equivariant by construction, so blending must not change it."""
 

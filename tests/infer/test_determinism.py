@@ -29,6 +29,25 @@ def test_batch_size_does_not_change_the_map(checkpoint, scene, tmp_path):
         _same_files(reference, _run(checkpoint, [scene], tmp_path / f"b{batch_size}", batch_size=batch_size), ["odd"])
 
 
+def test_column_tiles_do_not_change_the_map(checkpoint, scene, tmp_path):
+    """Sweeping the 347-column scene in tiles (each with its halo) gives the bytes of one full-width sweep."""
+    from eoscale.infer.windows import WindowGrid
+
+    reference = _run(checkpoint, [scene], tmp_path / "whole", column_tile=4096)
+    for pixels in (100, 33):  # several tiles; and tiles narrower than a window: one column block each
+        tiles = WindowGrid.make(301, 347, window=32, overlap=0.25).column_tiles(pixels)
+        assert len(tiles) > 2
+        _same_files(reference, _run(checkpoint, [scene], tmp_path / f"t{pixels}", column_tile=pixels, batch_size=5),
+                    ["odd"])
+
+
+@pytest.mark.slow
+def test_two_processes_with_column_tiles_give_the_same_bytes_as_one(checkpoint, scene, tmp_path):
+    one = _run(checkpoint, [scene], tmp_path / "one")
+    two = _run(checkpoint, [scene], tmp_path / "two", devices=2, column_tile=120)
+    _same_files(one, two, ["odd"])
+
+
 @pytest.mark.slow
 def test_two_processes_give_the_same_bytes_as_one(checkpoint, scene, tmp_path):
     """One scene, two processes: each predicts half of the rows (plus halo), process 0 assembles the COG."""
