@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 
 import pytest
@@ -21,10 +20,14 @@ def mesh():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield init_device_mesh("cpu", (1, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
-    dist.destroy_process_group()
+    # set for this module only: a MASTER_PORT left in os.environ reaches every later test's `eoscale` subprocess,
+    # whose rank 0 then fails to bind it while rank 1 joins this process's store and waits forever
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MASTER_ADDR", "127.0.0.1")
+        patch.setenv("MASTER_PORT", str(port))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+        yield init_device_mesh("cpu", (1, 1), mesh_dim_names=("data_parallel", "tensor_parallel"))
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize(("backbone", "units"), [("resnet18", 4 + 1), ("vit_tiny_patch16_224", 12 + 1)])
