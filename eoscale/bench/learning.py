@@ -79,8 +79,6 @@ def _run_fit(argv: list[str], env: dict | None = None) -> None:
 
 def step_seconds(store: str, work: Path, *, batch: int, workers: int, steps: int = 40) -> float:
     """Seconds per training step of the run below, from a short run of the same fit (no validation)."""
-    from eoscale.bench.train import StepTimer  # noqa: F401 (the fit loads it by name)
-
     out = work / "calibration.json"
     argv = _fit_argv(store, work / "calibration", batch=batch, workers=workers, steps=steps)
     argv += ["--trainer.limit_val_batches", "0", "--trainer.callbacks+=eoscale.bench.train.StepTimer"]

@@ -58,7 +58,7 @@ class RowAccumulator:
     """Weighted sums of the windows' class probabilities over one row of windows; see the module docstring.
 
     Windows are added in grid order starting at window row `first_row`, window columns `cols.first ..
-    cols.stop - 1` of each row (default: all); `finish_row(j)` after the last window of row `j` returns block
+    cols.blocks.stop - 1` of each row (default: all); `finish_row(j)` after the last window of row `j` returns block
     `j`'s blended probabilities (scene rows `grid.block_rows(j)`, scene columns `cols.out_start ..
     cols.out_stop`) and moves on to row `j + 1`. A pixel's sum takes the same windows in the same order
     whatever the batch size, the process or the column tile, so the sums, and the map, are bit-for-bit the same.
@@ -76,7 +76,7 @@ class RowAccumulator:
     ) -> None:
         self.grid = grid
         self.row = first_row
-        self.cols = cols = cols or Span.of(grid.cols, range(grid.cols.count))
+        self.cols = cols = cols or Span.of(grid.cols)
         window = grid.window
         overlap_y = grid.rows.window - grid.rows.stride
         overlap_x = grid.cols.window - grid.cols.stride
@@ -106,12 +106,10 @@ class RowAccumulator:
         top = grid.rows.start(row)  # padded row of self.sums[:, 0]
         a, b = start - top, stop - top
         cols = self.cols
-        left = cols.out_start - cols.origin  # buffer column of the tile's first output column
-        right = cols.out_stop - cols.origin
         first = top + grid.rows.margin  # index of row `top` in the padded weight sums
         pad = grid.cols.margin  # index of scene column 0 in the padded weight sums
         norm = self._sum_y[first + a : first + b, None] * self._sum_x[None, cols.out_start + pad : cols.out_stop + pad]
-        block = self.sums[:, self._top + a : self._top + b, left:right] / norm
+        block = self.sums[:, self._top + a : self._top + b, cols.out] / norm
         self._top += grid.rows.stride
         if self._top + grid.window > self.sums.shape[1]:
             # move the rows later windows still add to up to the top, and clear the rest

@@ -11,8 +11,8 @@ Per scene, in the output folder:
 Codes rather than indices, so the map reads like the product it was trained on; the class table (code,
 name, colour) is in the COG's tags. Each process appends the rows it finishes to its *part* files (raw
 rows of one column tile, written in order); the process that finalises the scene copies every part into its
-place in a tiled GeoTIFF and turns that into the COG with rio-cogeo. Everything is written under a hidden `.partial` name
-and renamed at the end, the class map last: an interrupted run leaves nothing that looks finished.
+place in a tiled GeoTIFF and turns that into the COG with GDAL's COG driver. Everything is written under a
+hidden `.partial` name and renamed at the end, the class map last: an interrupted run leaves nothing that looks finished.
 """
 
 from __future__ import annotations
@@ -206,19 +206,11 @@ class Piece:
     columns: int
 
 
-def _rows(paths: list[Path], width: int, dtype: str, rows: int) -> Iterator[np.ndarray]:
-    """The parts' rows in order, `rows` at a time (the last chunk shorter)."""
-    size = width * np.dtype(dtype).itemsize
-    pending = b""
-    for path in paths:
-        with open(path, "rb") as f:
-            while chunk := f.read(rows * size - len(pending)):
-                pending += chunk
-                if len(pending) == rows * size:
-                    yield np.frombuffer(pending, dtype=dtype).reshape(rows, width)
-                    pending = b""
-    if pending:
-        yield np.frombuffer(pending, dtype=dtype).reshape(-1, width)
+def _rows(path: Path, width: int, dtype: str, rows: int) -> Iterator[np.ndarray]:
+    """A part file's rows, `rows` at a time (the last chunk shorter)."""
+    with open(path, "rb") as f:
+        while chunk := f.read(rows * width * np.dtype(dtype).itemsize):
+            yield np.frombuffer(chunk, dtype=dtype).reshape(-1, width)
 
 
 # -- rasters --------------------------------------------------------------------------------------------------
@@ -252,7 +244,7 @@ def write_cog(pieces: list[Piece], suffix: str, dst: Path, georef: Georef, *, dt
             pixels = 0
             for piece in pieces:
                 row = piece.row
-                for strip in _rows([piece.path.with_suffix(suffix)], piece.columns, dtype, BLOCKSIZE):
+                for strip in _rows(piece.path.with_suffix(suffix), piece.columns, dtype, BLOCKSIZE):
                     out.write(strip, 1, window=rasterio.windows.Window(piece.col, row, piece.columns, strip.shape[0]))
                     row += strip.shape[0]
                 pixels += (row - piece.row) * piece.columns

@@ -72,7 +72,7 @@ def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndar
                nodata: float, cols: Span | None = None) -> Strip:
     """Window row `row`'s strip under window columns `cols` (default: all), normalised like the training
     tiles: `(x - mean) / std`, nodata as 0."""
-    cols = cols or Span.of(grid.cols, range(grid.cols.count))
+    cols = cols or Span.of(grid.cols)
     ys = grid.rows.positions(grid.rows.start(row), grid.rows.start(row) + grid.window)
     xs = grid.cols.positions(cols.origin, cols.origin + cols.size)
     top, bottom = int(ys.min()), int(ys.max()) + 1
@@ -137,7 +137,7 @@ def predict_blocks(
         return
     device = next(network.parameters()).device
     first = grid.first_window_row(blocks.start)
-    span = Span.of(grid.cols, range(grid.cols.count) if cols is None else cols)
+    span = Span.of(grid.cols, cols)
     classes = len(contract.classes)
     accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
     mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
@@ -193,8 +193,7 @@ def _finish(accumulator: RowAccumulator, grid: WindowGrid, span: Span, strip: St
         return
     start, stop = grid.block_rows(strip.row)
     top = grid.rows.start(strip.row)
-    left, right = span.out_start - span.origin, span.out_stop - span.origin
-    yield Block(strip.row, start, probs, strip.valid[start - top : stop - top, left:right], col=span.out_start)
+    yield Block(strip.row, start, probs, strip.valid[start - top : stop - top, span.out], col=span.out_start)
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -111,8 +111,7 @@ class Plan:
     scenes: list[Scene]
     window: int
     overlap: float
-
-    column_tile: int = COLUMN_TILE
+    column_tile: int
 
     def grid(self, scene: Scene) -> WindowGrid:
         return WindowGrid.make(scene.height, scene.width, window=self.window, overlap=self.overlap)

@@ -72,10 +72,15 @@ class AxisGrid:
         start, stop = max(start, 0), min(stop, self.length)
         return start, max(start, stop)
 
+    @property
+    def halo(self) -> int:
+        """Windows before window `i` that still reach block `i`."""
+        # window j reaches pixels below start(j) + window, so it touches block i while (i - j) * stride < window
+        return math.ceil(self.window / self.stride) - 1
+
     def first_window(self, block: int) -> int:
         """The first window that touches block `block`."""
-        # window j reaches pixels below start(j) + window, so it touches block i while (i - j) * stride < window
-        return max(0, block - math.ceil(self.window / self.stride) + 1)
+        return max(0, block - self.halo)
 
     def split(self, parts: int) -> list[range]:
         """Blocks in `parts` contiguous ranges, as equal in count as possible."""
@@ -85,35 +90,39 @@ class AxisGrid:
         """Blocks in contiguous ranges whose windows (halo included) span at most `pixels`, as few and as equal
         as that allows; each holds at least one block."""
         # blocks [b0, b1) need windows b0 - halo .. b1 - 1: (b1 - b0 - 1 + halo) strides plus a window of pixels
-        halo = math.ceil(self.window / self.stride) - 1
-        per_tile = max(1, (pixels - self.window) // self.stride - halo + 1)
+        per_tile = max(1, (pixels - self.window) // self.stride - self.halo + 1)
         return self.split(math.ceil(self.count / per_tile))
 
 
 @dataclass(frozen=True)
 class Span:
-    """The windows `[first, stop)` along one axis that blocks `blocks` need, and the pixels they cover."""
+    """The windows `first .. blocks.stop - 1` along one axis that blocks `blocks` need, and the pixels they cover."""
 
     blocks: range
     first: int  # first window (the halo's, if any)
-    stop: int  # one past the last window
     origin: int  # padded position of the first window's first pixel (negative in the margin)
     size: int  # pixels from the first window's start to the last one's end
     out_start: int  # scene pixels [out_start, out_stop) of the blocks: what the span is final for
     out_stop: int
 
     @classmethod
-    def of(cls, axis: AxisGrid, blocks: range) -> Span:
+    def of(cls, axis: AxisGrid, blocks: range | None = None) -> Span:
+        """The span of `blocks` (default: all of the axis's blocks)."""
+        blocks = range(axis.count) if blocks is None else blocks
         first = axis.first_window(blocks.start)
         origin = axis.start(first)
         out_start = axis.block(blocks.start)[0]
         out_stop = max(out_start, axis.block(blocks.stop - 1)[1])
-        return cls(blocks, first, blocks.stop, origin, axis.start(blocks.stop - 1) + axis.window - origin,
-                   out_start, out_stop)
+        return cls(blocks, first, origin, axis.start(blocks.stop - 1) + axis.window - origin, out_start, out_stop)
 
     @property
     def windows(self) -> int:
-        return self.stop - self.first
+        return self.blocks.stop - self.first
+
+    @property
+    def out(self) -> slice:
+        """Where the scene pixels `[out_start, out_stop)` lie in an array of the span's `size` pixels."""
+        return slice(self.out_start - self.origin, self.out_stop - self.origin)
 
 
 @dataclass(frozen=True)
