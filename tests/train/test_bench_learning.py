@@ -1,0 +1,24 @@
+"""`eoscale bench learning` runs end to end on a tiny store: the per-pixel baseline, the calibration fit, and a
+fit whose step count comes from it (no figure asserted: a few steps learn nothing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eoscale.cli import main
+
+
+@pytest.mark.slow
+def test_bench_learning_records_both_models(store, tmp_path, capsys):
+    code = main(["bench", "learning", str(store), "--minutes", "0.5", "--pixels", "2000", "--batch-size", "4",
+                 "--workers", "0", "--record", str(tmp_path)])
+    assert code == 0
+    figures = json.loads((tmp_path / "learning.json").read_text())[-1]
+    assert 0.0 <= figures["baseline"]["val_miou"] <= 1.0
+    network = figures["resnet18"]
+    assert network["seconds_per_step_calibrated"] > 0
+    assert network["max_steps"] >= 100 and network["max_steps"] % 100 == 0  # validated at its last step
+    assert network["val_miou_history"], "the fit validated at least once"
+    assert "recorded in" in capsys.readouterr().out
