@@ -99,7 +99,7 @@ def test_output_that_exists(checkpoint, scene, tmp_path, capsys):
 
 @pytest.mark.parametrize("option,value,expected", [
     ("--overlap", "1.0", "--overlap 1.0"), ("--batch-size", "0", "--batch-size 0"), ("--window", "0", "window=0"),
-    ("--devices", "0", "--devices 0"),
+    ("--devices", "0", "--devices 0"), ("--column-tile", "0", "--column-tile 0"),
 ])
 def test_bad_options(checkpoint, scene, tmp_path, capsys, option, value, expected):
     _fails(capsys, [*_args(checkpoint, scene, tmp_path / "out"), option, value], expected)
