@@ -6,11 +6,16 @@ On one synthetic scene, in one run:
   in batches of the same size on the same device (the most any prediction loop could reach);
 - the whole command (`eoscale.infer.run.predict`: model loading, reading, blending, part files, COG with
   overviews, quick-look and area table; MLflow and the console summary left out) as a ratio against the
-  baseline (goal ≥ 0.9: reading runs in a thread one strip ahead and writing the part files in another, so
+  baseline (goal ≥ 0.9: reading runs in threads a few strips ahead and writing the part files in another, so
   both overlap the forward passes; the model's loading, the COG and the quick-look do not: on 2 CPU cores
-  they cost about 0.7 s, 0.075× the forward time of a 2048² scene and 0.02× that of the default 4096² one);
+  they cost about 0.7 s, 0.02× the forward time of the default 4096² scene);
 - the window loop alone (read, forward, blend, finalise blocks; no files written);
-- the cost of each overlap (0, 0.25, 0.5): windows, time and km²/s, against overlap 0.
+- the cost of each overlap (0, 0.25, 0.5): windows, time and km²/s, against overlap 0;
+- the feed: the window loop with an instant model (zero logits), with 1 reading thread and with the
+  device's default (`eoscale.infer.predict.reading_threads`, at least 2): how fast the CPU side alone goes.
+  Against the model, it says whether the goal can be met at all: the command cannot outrun its feed, so the
+  feed must be well above 1× the model (beside a CPU model the two share the cores, so there it is only a
+  measure of the CPU side's cost: 1 / feed is the fraction of the forward time that reading and blending take).
 
 The model is the checkpoint's architecture with random weights (speed does not depend on training).
 """
@@ -36,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: %(default)s)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="(default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2,
-                        help="runs of the baseline, the loop and the command, in turns; the best counts (default: 2)")
+                        help="runs of the baseline, the loop, the command and the feed, in turns; the best counts "
+                             "(default: 2)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  whole command (+ COG, quick-look):   {whole['windows_per_s']:.1f} windows/s, {whole['km2_per_s']:.3f} km²/s "
           f"= {figures['ratio_whole_command']:.2f}× the model (goal ≥ 0.9)")
     print(f"  fixed costs of the command (model, COG, quick-look): {whole['seconds'] - loop['seconds']:.2f} s")
+    for n, f in figures["feed"].items():
+        print(f"  feed, {n} reading thread{'s' if n != '1' else ''} (instant model): {f['windows_per_s']:.0f} windows/s "
+              f"= {f['vs_model']:.1f}× the model")
+    print(f"  (the command reads with {figures['readers']} thread{'s' if figures['readers'] != 1 else ''} "
+          "on this device)")
     for o, f in figures["overlap"].items():
         print(f"  overlap {o}: {f['windows']} windows, {f['seconds']:.1f} s, {f['km2_per_s']:.3f} km²/s, "
               f"{f['cost_vs_no_overlap']:.2f}× the time of overlap 0")
@@ -72,7 +83,7 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
     import torch
 
     from eoscale.infer.model import load_model
-    from eoscale.infer.predict import batched, predict_blocks, read_strip
+    from eoscale.infer.predict import batched, predict_blocks, read_strip, reading_threads
     from eoscale.infer.run import PredictConfig, pick_device, predict
     from eoscale.infer.windows import WindowGrid
     from eoscale.ingest.reader import SceneReader
@@ -92,6 +103,8 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
                    for s in [read_strip(reader, grid, j, mean=mean, scale=scale, nodata=source.nodata)]
                    for k in range(grid.cols.count)]
     on = model.device
+    default_readers = reading_threads(on)
+    feed_readers = sorted({1, max(2, default_readers)})
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on.type == "cuda" else torch.autocast("cpu", enabled=False)
 
     def forward_all() -> float:
@@ -103,15 +116,16 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
             torch.cuda.synchronize()
         return time.perf_counter() - started
 
-    def loop_only() -> float:
+    def loop_only(network: torch.nn.Module = model.network, readers: int = default_readers) -> float:
         started = time.perf_counter()
-        with SceneReader(source) as reader:
-            for _ in predict_blocks(model.network, reader, grid, contract=contract, nodata=source.nodata,
-                                    batch_size=batch_size):
-                pass  # the blocks are final here; the command hands them to its part-writer thread
+        for _ in predict_blocks(network, source, grid, contract=contract, nodata=source.nodata,
+                                batch_size=batch_size, readers=readers):
+            pass  # the blocks are final here; the command hands them to its part-writer thread
         if on.type == "cuda":
             torch.cuda.synchronize()
         return time.perf_counter() - started
+
+    instant = instant_model(len(contract.classes)).to(on)
 
     def command(o: float, run: int) -> float:
         config = PredictConfig(checkpoint=str(checkpoint), inputs=[str(scene)], output=str(output / f"{o}-{run}"),
@@ -122,8 +136,10 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
 
     forward_all()  # warm-up: kernels, allocator, first reads
     # the sides take turns, best of `repeats` each, so that a change in the machine's load hits them alike
-    runs = [[forward_all(), loop_only(), *(command(o, r) for o in OVERLAPS)] for r in range(max(repeats, 1))]
-    baseline, loop, *commands = (min(column) for column in zip(*runs, strict=True))
+    runs = [[forward_all(), loop_only(), *(command(o, r) for o in OVERLAPS),
+             *(loop_only(instant, readers=n) for n in feed_readers)] for r in range(max(repeats, 1))]
+    baseline, loop, *rest = (min(column) for column in zip(*runs, strict=True))
+    commands, feeds = rest[: len(OVERLAPS)], rest[len(OVERLAPS) :]
     overlap = {}
     for o, seconds in zip(OVERLAPS, commands, strict=True):
         count = WindowGrid.make(source.height, source.width, window=contract.tile_size, overlap=o).count
@@ -140,7 +156,25 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
         "ratio_window_loop": baseline / loop,
         "ratio_whole_command": baseline / whole["seconds"],
         "overlap": overlap,
+        "readers": default_readers,
+        "feed": {str(n): {"seconds": t, "windows_per_s": grid.count / t, "vs_model": baseline / t}
+                 for n, t in zip(feed_readers, feeds, strict=True)},
     }
+
+
+def instant_model(classes: int):
+    """Zero logits of the model's shape, at once: the window loop with it costs what feeding a model costs."""
+    import torch
+
+    class Instant(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.anchor = torch.nn.Parameter(torch.zeros(1))  # the loop finds its device through the parameters
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.new_zeros(x.shape[0], classes, x.shape[2], x.shape[3])
+
+    return Instant()
 
 
 def write_random_checkpoint(path: Path, scene: Path, *, backbone: str, tile: int) -> Path:

@@ -52,6 +52,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--column-tile", type=int, default=COLUMN_TILE, metavar="PX",
                         help="widest sweep over a scene, in columns, halo included: bounds memory; the map is the "
                              "same whatever it is (default: %(default)s)")
+    parser.add_argument("--readers", type=int, metavar="N",
+                        help="threads reading each process's scene strips (default: 1 beside a CPU model, which needs "
+                             "the cores; beside a GPU up to 8, leaving 2 of the process's cores free)")
     parser.add_argument("--devices", type=int, default=1,
                         help="processes to start (one per GPU, or CPU processes); ignored under srun/torchrun")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     config = PredictConfig(
         checkpoint=args.checkpoint, inputs=list(args.input), output=args.output, adapter=args.adapter,
         window=args.window, overlap=args.overlap, batch_size=args.batch_size, column_tile=args.column_tile,
-        devices=args.devices,
+        readers=args.readers, devices=args.devices,
         device=args.device, confidence=args.confidence, overwrite=args.overwrite,
         band_names=_band_names(args.band_names), progress=not args.no_progress,
     )

@@ -1,16 +1,19 @@
 """The window loop: strips of a scene in, blended blocks of class probabilities out.
 
     grid = WindowGrid.make(scene.height, scene.width, window=256, overlap=0.25)
-    with SceneReader(scene) as reader:
-        for tile in grid.column_tiles(COLUMN_TILE):
-            for block in predict_blocks(network, reader, grid, contract=contract, nodata=scene.nodata, cols=tile):
-                ...  # block.probs: (classes, rows, columns), block.valid: (rows, columns) from block.col on
+    for tile in grid.column_tiles(COLUMN_TILE):
+        for block in predict_blocks(network, scene, grid, contract=contract, nodata=scene.nodata, cols=tile):
+            ...  # block.probs: (classes, rows, columns), block.valid: (rows, columns) from block.col on
 
-A reader thread reads the strip of the scene under each row of windows (through `SceneReader`, mirrored at
-the scene's edges), normalises it as training did, and cuts it into windows, one strip ahead of the model,
-so reading overlaps the forward passes (and `handoff` lets the caller write finished blocks in another
-thread, so writing overlaps them too). Windows go through the model in batches that may span rows; their
-probabilities are blended by `RowAccumulator` in grid order, and each block leaves as soon as it is final.
+Reading threads (`readers`, each with its own `SceneReader` and its own run of each strip's windows) read
+the strip of the scene under each row of windows (mirrored at the scene's edges), normalise it as training
+did, and cut it into windows, a few strips ahead of the model, so reading overlaps the forward passes (and
+`handoff` lets the caller write finished blocks in another thread, so writing overlaps them too). One thread
+is enough beside a CPU model, which needs the cores itself. Beside a GPU the CPU side must keep up with the
+device: one thread reads ~1,400 windows/s (10 bands, 128 px, overlap 0.25, a deflate GeoTIFF; measured on a
+2-core EPYC VM, where two threads read ~2,600/s); a data-centre GPU runs a ResNet-18 at 128 px faster than
+that, so there it is up to 8 (`reading_threads`). Windows go through the model in batches that may span rows;
+their probabilities are blended by `RowAccumulator` in grid order, and each block leaves as soon as it is final.
 
 The loop sweeps one column tile of the scene at a time (`WindowGrid.column_tiles`): the windows of a range
 of column blocks plus the window columns of halo the first block needs. Memory therefore does not depend on
@@ -24,9 +27,12 @@ more forward passes at the defaults.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TypeVar
@@ -40,11 +46,13 @@ from eoscale.errors import InputError
 from eoscale.infer.blend import SPARE_ROWS, Ramp, RowAccumulator
 from eoscale.infer.windows import Span, WindowGrid
 from eoscale.ingest.reader import SceneReader
+from eoscale.ingest.sources import Scene
 from eoscale.train.checkpoint import BandContract
 
 T = TypeVar("T")
 COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at ~bytes_per_column × this
-STRIPS_IN_FLIGHT = 4  # read ahead (prefetch depth 2), being read, in the model
+READ_AHEAD = 2  # strips read and waiting for the model, beyond the one being read
+STRIPS_IN_FLIGHT = READ_AHEAD + 2  # + the one being read + the one in the model
 BLOCKS_IN_FLIGHT = 4  # waiting to be written (the part writer's handoff depth 2), being written, being finished
 
 
@@ -69,31 +77,64 @@ class Strip:
 
 
 def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndarray, scale: np.ndarray,
-               nodata: float, cols: Span | None = None) -> Strip:
+               nodata: float, cols: Span | None = None, pin: bool = False) -> Strip:
     """Window row `row`'s strip under window columns `cols` (default: all), normalised like the training
-    tiles: `(x - mean) / std`, nodata as 0."""
+    tiles: `(x - mean) / std`, nodata as 0; its windows in page-locked memory if `pin` (needs CUDA)."""
     cols = cols or Span.of(grid.cols)
+    windows, invalid = empty_strip(grid, cols, bands=len(mean), pin=pin)
+    read_windows(reader, grid, row, range(cols.windows), cols=cols, mean=mean, scale=scale, nodata=nodata,
+                 windows=windows.numpy(), invalid=invalid)
+    return Strip(row, windows, ~invalid)
+
+
+def empty_strip(grid: WindowGrid, cols: Span, *, bands: int, pin: bool = False) -> tuple[Tensor, np.ndarray]:
+    """Room for a strip: its windows `(cols.windows, bands, window, window)` and nodata mask `(window, cols.size)`."""
+    windows = torch.empty((cols.windows, bands, grid.window, grid.window), dtype=torch.float32, pin_memory=pin)
+    return windows, np.empty((grid.window, cols.size), dtype=bool)
+
+
+def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, cols: Span, mean: np.ndarray,
+                 scale: np.ndarray, nodata: float, windows: np.ndarray, invalid: np.ndarray) -> None:
+    """Windows `ks` (counted from `cols.first`) of window row `row`, normalised, into `windows[ks]`, and the
+    nodata mask of the pixels they cover into `invalid` (the strip's, over the span's padded columns), up to
+    where window `ks.stop` starts."""
+    stride = grid.cols.stride
+    start = ks.start * stride  # first padded column of these windows, from the span's origin
+    stop = (ks.stop - 1) * stride + grid.window
     ys = grid.rows.positions(grid.rows.start(row), grid.rows.start(row) + grid.window)
-    xs = grid.cols.positions(cols.origin, cols.origin + cols.size)
+    xs = grid.cols.positions(cols.origin + start, cols.origin + stop)
     top, bottom = int(ys.min()), int(ys.max()) + 1
     left, right = int(xs.min()), int(xs.max()) + 1
     raw = reader.read(top, left, bottom - top, right - left)
     if not (len(ys) == bottom - top and ys[0] == top and ys[-1] == bottom - 1):
         raw = raw[:, ys - top]  # mirrored rows at the scene's top and bottom
-    raw = np.take(raw, xs - left, axis=2)  # (bands, window, span), mirrored at the left and right
-    invalid = raw[0] == nodata
+    if not (len(xs) == right - left and xs[0] == left and xs[-1] == right - 1):
+        raw = np.take(raw, xs - left, axis=2)  # mirrored columns at the left and right
+    mask = raw[0] == nodata
     for band in raw[1:]:
-        invalid |= band == nodata
+        mask |= band == nodata
+    # up to where the next windows' pixels start: neighbouring runs of windows overlap, and two threads writing
+    # the same bytes of the mask could undo each other's
+    own = stop if ks.stop == cols.windows else ks.stop * stride
+    invalid[:, start:own] = mask[:, : own - start]
     # windows are cut from the uint16 strip and normalised straight into one contiguous float32 array: one pass
     # (measured on a 10×128×1024 strip: 3 ms, against 36 ms normalising first and copying windows after)
-    cut = sliding_window_view(raw, grid.window, axis=2)[:, :, :: grid.cols.stride].transpose(2, 0, 1, 3)
-    windows = np.empty(cut.shape, dtype=np.float32)
-    np.subtract(cut, mean, out=windows)
-    windows *= scale
-    if invalid.any():  # nodata reads as the band mean, as in training
-        cut_invalid = sliding_window_view(invalid, grid.window, axis=1)[:, :: grid.cols.stride].transpose(1, 0, 2)
-        np.copyto(windows, 0.0, where=cut_invalid[:, None])
-    return Strip(row, torch.from_numpy(windows), ~invalid)
+    cut = sliding_window_view(raw, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)
+    out = windows[ks.start : ks.stop]
+    np.subtract(cut, mean, out=out)
+    out *= scale
+    if mask.any():  # nodata reads as the band mean, as in training
+        cut_invalid = sliding_window_view(mask, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)
+        np.copyto(out, 0.0, where=cut_invalid[:, None])
+
+
+def reading_threads(device: torch.device) -> int:
+    """Threads to read a process's strips: 1 beside a CPU model, which needs the cores itself; beside a GPU up
+    to 8, leaving one of the process's cores to the main thread and one to the part writer (under Slurm,
+    `--cpus-per-task` sets how many cores a process has: 12 a GPU on a JUWELS Booster node)."""
+    if device.type != "cuda":
+        return 1
+    return max(1, min(8, len(os.sched_getaffinity(0)) - 2))
 
 
 def bytes_per_column(grid: WindowGrid, *, bands: int, classes: int) -> int:
@@ -113,7 +154,7 @@ def bytes_per_column(grid: WindowGrid, *, bands: int, classes: int) -> int:
 
 def predict_blocks(
     network: nn.Module,
-    reader: SceneReader,
+    scene: Scene,
     grid: WindowGrid,
     *,
     contract: BandContract,
@@ -123,9 +164,10 @@ def predict_blocks(
     batch_size: int = 16,
     ramp: Ramp = "cosine",
     on_batch: Callable[[int], None] | None = None,
+    readers: int = 1,
 ) -> Iterator[Block]:
-    """Blended row blocks `blocks` (default: all) of the scene `reader` reads, in order, over column blocks
-    `cols` (default: all, i.e. the whole width); see the module docstring.
+    """Blended row blocks `blocks` (default: all) of `scene`, in order, over column blocks `cols` (default: all,
+    i.e. the whole width), its strips read by `readers` threads; see the module docstring.
 
     `on_batch(windows)` is called after each forward pass. On a CUDA device the forward pass runs under
     bf16 autocast; probabilities and their blending stay float32.
@@ -142,11 +184,9 @@ def predict_blocks(
     accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
     mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
     scale = (1.0 / np.maximum(np.asarray(contract.std, dtype=np.float32), 1e-6))[:, None, None]
-    strips = prefetch(
-        (read_strip(reader, grid, j, mean=mean, scale=scale, nodata=nodata, cols=span)
-         for j in range(first, blocks.stop)),
-        depth=2,
-    )
+    pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
+    strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale, nodata=nodata,
+                        pin=pin, threads=readers)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     last_col = span.windows - 1
     try:
@@ -156,7 +196,8 @@ def predict_blocks(
                 # torch on CPUs takes other kernels for a batch of one (measured: logits 2e-6 away from the same
                 # window in batches of 2..16), so a lone window goes in twice to keep the map batch-independent
                 x = torch.cat([x, x])
-            x = x.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else x
+            if pin:
+                x = (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
             with torch.inference_mode(), autocast:
                 logits = network(x)
             if logits.shape[1] != classes:
@@ -207,47 +248,65 @@ def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:
         yield batch
 
 
-class prefetch(Iterator[T]):  # noqa: N801 (used like a function)
-    """Iterate `items` in a background thread, up to `depth` items ahead; exceptions come through."""
+class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
+    """The strips of window rows `rows` over window columns `cols`, in order, read by `threads` background
+    threads up to `READ_AHEAD` strips beyond the one being read; a reading error comes through in order.
 
-    _DONE = object()
+    Each thread reads its own share of every strip, a run of neighbouring windows, through its own
+    `SceneReader`: a GDAL dataset must not be used by two threads at once, and a thread that keeps to the same
+    columns finds the file tiles it decoded for one strip in its reader's block cache for the next (threads
+    dealt whole strips would each decode most tiles again). Only the tiles where two shares meet are decoded
+    twice. The standard library's pools do the threading: one single-thread pool per share, so that a share
+    always goes to its thread.
+    """
 
-    def __init__(self, items: Iterable[T], *, depth: int = 2) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(iter(items),), daemon=True, name="eoscale-prefetch")
-        self._thread.start()
-
-    def _run(self, items: Iterator[T]) -> None:
+    def __init__(self, scene: Scene, grid: WindowGrid, rows: Iterable[int], *, cols: Span, mean: np.ndarray,
+                 scale: np.ndarray, nodata: float, pin: bool = False, threads: int = 1) -> None:
+        if threads < 1:
+            raise InputError(f"{threads} reading threads: give at least 1")
+        self._grid, self._cols, self._pin = grid, cols, pin
+        self._norm = {"mean": mean, "scale": scale, "nodata": nodata}
+        self._rows = iter(rows)
+        threads = min(threads, cols.windows)
+        self._shares = [range(t * cols.windows // threads, (t + 1) * cols.windows // threads) for t in range(threads)]
+        self._pools = [ThreadPoolExecutor(1, thread_name_prefix="eoscale-read") for _ in self._shares]
+        self._readers: list[SceneReader] = []
+        self._pending: deque[tuple[int, Tensor, np.ndarray, list[Future[None]]]] = deque()
         try:
-            for item in items:
-                if not self._put(item):
-                    return
-            self._put(self._DONE)
-        except BaseException as err:  # handed to the consumer, who raises it
-            self._put(_Failure(err))
+            self._readers.extend(SceneReader(scene) for _ in self._shares)
+            for _ in range(READ_AHEAD + 1):
+                self._submit()
+        except BaseException:
+            self.close()
+            raise
 
-    def _put(self, item: object) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _submit(self) -> None:
+        row = next(self._rows, None)
+        if row is None:
+            return
+        windows, invalid = empty_strip(self._grid, self._cols, bands=len(self._norm["mean"]), pin=self._pin)
+        futures = [pool.submit(read_windows, reader, self._grid, row, share, cols=self._cols, **self._norm,
+                               windows=windows.numpy(), invalid=invalid)
+                   for pool, reader, share in zip(self._pools, self._readers, self._shares, strict=True)]
+        self._pending.append((row, windows, invalid, futures))
 
-    def __next__(self) -> T:
-        item = self._queue.get()
-        if item is self._DONE:
-            self._queue.put(item)
+    def __next__(self) -> Strip:
+        if not self._pending:
             raise StopIteration
-        if isinstance(item, _Failure):
-            raise item.error
-        return item
+        row, windows, invalid, futures = self._pending.popleft()
+        for future in futures:
+            future.result()
+        self._submit()
+        return Strip(row, windows, ~invalid)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        for *_, futures in self._pending:
+            for future in futures:
+                future.cancel()
+        for pool in self._pools:
+            pool.shutdown(wait=True)
+        for reader in self._readers:
+            reader.close()
 
 
 class handoff:  # noqa: N801 (used like a function)
@@ -288,8 +347,3 @@ class handoff:  # noqa: N801 (used like a function)
     def _raise(self) -> None:
         if self._error is not None:
             raise self._error
-
-
-@dataclass(frozen=True)
-class _Failure:
-    error: BaseException

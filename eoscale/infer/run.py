@@ -51,9 +51,8 @@ from eoscale.infer.outputs import (
     write_cog,
     write_quicklook,
 )
-from eoscale.infer.predict import COLUMN_TILE, handoff, predict_blocks
+from eoscale.infer.predict import COLUMN_TILE, handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
-from eoscale.ingest.reader import SceneReader
 from eoscale.ingest.sources import Scene, expand_paths, open_scene
 
 WORK_DIR = ".eoscale-predict"
@@ -71,6 +70,7 @@ class PredictConfig:
     overlap: float = 0.25
     batch_size: int = 16
     column_tile: int = COLUMN_TILE  # widest sweep in columns, halo included (bounds memory; not the map)
+    readers: int | None = None  # threads reading each process's strips; default: predict.reading_threads
     devices: int = 1
     device: str = "auto"  # auto | cpu | cuda
     confidence: bool = False
@@ -112,6 +112,7 @@ class Plan:
     window: int
     overlap: float
     column_tile: int
+    readers: int
 
     def grid(self, scene: Scene) -> WindowGrid:
         return WindowGrid.make(scene.height, scene.width, window=self.window, overlap=self.overlap)
@@ -154,6 +155,8 @@ def check_config(config: PredictConfig) -> None:
         raise InputError(f"--batch-size {config.batch_size}: give at least 1")
     if config.column_tile < 1:
         raise InputError(f"--column-tile {config.column_tile}: give a number of columns, e.g. {COLUMN_TILE}")
+    if config.readers is not None and config.readers < 1:
+        raise InputError(f"--readers {config.readers}: give at least 1 reading thread")
     if config.devices < 1:
         raise InputError(f"--devices {config.devices}: give at least 1")
     if config.ramp not in RAMPS:
@@ -177,7 +180,8 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         check_outputs(config, ids)
     window = config.window or model.contract.tile_size
     check_window(window, config.overlap)
-    return Plan(model, scenes, window, config.overlap, config.column_tile)
+    readers = config.readers or reading_threads(model.device)
+    return Plan(model, scenes, window, config.overlap, config.column_tile, readers)
 
 
 def check_outputs(config: PredictConfig, scene_ids: list[str]) -> None:
@@ -262,24 +266,23 @@ def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, 
     blocks = grid.split_blocks(parts)[part]
     tiles = plan.tiles(scene)
     encoding = MapEncoding.from_table(plan.model.classes)
-    with SceneReader(scene) as reader:
-        for t, cols in enumerate(tiles):
-            counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
-            writer = PartWriter(part_path(folder, part, parts, t, len(tiles)), encoding, counter,
-                                confidence=config.confidence)
-            started = time.time()
-            writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward
-            try:
-                for block in predict_blocks(plan.model.network, reader, grid, contract=plan.model.contract,
-                                            nodata=scene.nodata, blocks=blocks, cols=cols,
-                                            batch_size=config.batch_size, ramp=config.ramp, on_batch=advance):
-                    writes.put(block)
-                writes.close()
-            except BaseException:
-                writes.stop()
-                writer.abort()
-                raise
-            writer.close(started=started, finished=time.time())
+    for t, cols in enumerate(tiles):
+        counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
+        writer = PartWriter(part_path(folder, part, parts, t, len(tiles)), encoding, counter,
+                            confidence=config.confidence)
+        started = time.time()
+        writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward
+        try:
+            for block in predict_blocks(plan.model.network, scene, grid, contract=plan.model.contract,
+                                        nodata=scene.nodata, blocks=blocks, cols=cols, batch_size=config.batch_size,
+                                        ramp=config.ramp, on_batch=advance, readers=plan.readers):
+                writes.put(block)
+            writes.close()
+        except BaseException:
+            writes.stop()
+            writer.abort()
+            raise
+        writer.close(started=started, finished=time.time())
 
 
 def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts: int, *, peers: Peers | None = None,

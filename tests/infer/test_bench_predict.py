@@ -26,3 +26,6 @@ def test_bench_predict_records_its_figures(tmp_path, capsys):
     windows = [run["overlap"][o]["windows"] for o in ("0.0", "0.25", "0.5")]
     assert windows == sorted(windows) and windows[0] == 16  # 128 px in 32-px windows without overlap: 4 × 4
     assert run["command"]["windows"] == run["baseline"]["windows"] == windows[1]
+    # the feed (an instant model) with one reading thread and with the device's default (at least 2)
+    assert run["readers"] == 1 and set(run["feed"]) == {"1", "2"}
+    assert all(f["windows_per_s"] > 0 and f["vs_model"] > 0 for f in run["feed"].values())

@@ -116,9 +116,8 @@ def test_no_seams_with_a_per_pixel_model(scene, window, overlap, batch_size):
     contract = _contract(source)
     network = PerPixel(len(source.bands), len(TABLE)).eval()
     grid = WindowGrid.make(source.height, source.width, window=window, overlap=overlap)
-    with SceneReader(source) as reader:
-        blocks = list(predict_blocks(network, reader, grid, contract=contract, nodata=source.nodata,
-                                     batch_size=batch_size))
+    blocks = list(predict_blocks(network, source, grid, contract=contract, nodata=source.nodata,
+                                 batch_size=batch_size))
     assert [b.row for b in blocks] == sorted(b.row for b in blocks)
     probs = torch.cat([b.probs for b in blocks], dim=1)
     valid = np.concatenate([b.valid for b in blocks])
@@ -131,14 +130,15 @@ def test_no_seams_with_a_per_pixel_model(scene, window, overlap, batch_size):
 
 
 def test_parts_with_halo_rows_equal_the_whole(scene):
-    """Blocks predicted by three 'processes' (each starting a few window rows early) are bit-for-bit the whole's."""
+    """Blocks predicted by three 'processes' (each starting a few window rows early, each reading with three
+    threads) are bit-for-bit the whole's, read with one."""
     source = open_scene(str(scene))
     network = PerPixel(len(source.bands), len(TABLE)).eval()
     contract = _contract(source)
     grid = WindowGrid.make(source.height, source.width, window=32, overlap=0.5)
-    with SceneReader(source) as reader:
-        whole = torch.cat([b.probs for b in predict_blocks(network, reader, grid, contract=contract, nodata=0)], 1)
-        parts = [list(predict_blocks(network, reader, grid, contract=contract, nodata=0, blocks=r, batch_size=5))
-                 for r in grid.split_blocks(3)]
+    whole = torch.cat([b.probs for b in predict_blocks(network, source, grid, contract=contract, nodata=0)], 1)
+    parts = [list(predict_blocks(network, source, grid, contract=contract, nodata=0, blocks=r, batch_size=5,
+                                 readers=3))
+             for r in grid.split_blocks(3)]
     assert [b.index for p in parts for b in p] == list(range(grid.rows.count))
     assert torch.equal(torch.cat([b.probs for p in parts for b in p], dim=1), whole)

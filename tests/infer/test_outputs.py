@@ -140,9 +140,10 @@ def test_scene_smaller_than_a_window(checkpoint, tmp_path):
 
 
 def test_most_probable_class_is_torch_max_with_ties_to_the_first():
+    """On the host (numpy, beside a CPU model) and on the model's device (torch, beside a GPU) alike."""
     import torch
 
-    from eoscale.infer.outputs import most_probable
+    from eoscale.infer.outputs import most_probable, most_probable_on_device
 
     torch.manual_seed(0)
     probs = torch.rand(8, 40, 50).softmax(dim=0)
@@ -153,3 +154,6 @@ def test_most_probable_class_is_torch_max_with_ties_to_the_first():
     np.testing.assert_array_equal(got_index, index.numpy())
     np.testing.assert_array_equal(got_confidence, confidence.numpy())
     assert (got_index[0, :7] == 0).all() and (got_index[1] == 2).all()
+    device_index, device_confidence = most_probable_on_device(probs)
+    np.testing.assert_array_equal(device_index, got_index)
+    np.testing.assert_array_equal(device_confidence, got_confidence)
