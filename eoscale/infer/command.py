@@ -48,7 +48,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=int, metavar="PX", help="window size (default: the checkpoint's tile size)")
     parser.add_argument("--overlap", type=float, default=0.25,
                         help="overlap of neighbouring windows, a fraction of the window (default: %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="windows per forward pass, at most: a row of windows is split into equal batches "
+                             "(default: %(default)s)")
     parser.add_argument("--column-tile", type=int, default=COLUMN_TILE, metavar="PX",
                         help="widest sweep over a scene, in columns, halo included: bounds memory; the map is the "
                              "same whatever it is (default: %(default)s)")
