@@ -44,6 +44,7 @@ def log_prediction(config, result, *, tracking_uri: str | None = None) -> str | 
         "window": config.window or "checkpoint tile size",
         "overlap": config.overlap,
         "batch_size": config.batch_size,
+        "readers": config.readers or "auto",  # auto: eoscale.infer.predict.reading_threads
         "devices": result.processes,
         "device": config.device,
     })

@@ -28,6 +28,7 @@ def test_predict_logs_to_the_embedded_mlflow_store(checkpoint, scene, tmp_path, 
     assert params["inputs"] == str(scene) and params["checkpoint"] == str(checkpoint.resolve())
     assert params["overlap"] == "0.5" and params["batch_size"] == "8" and params["devices"] == "1"
     assert params["adapter"] == "" and params["backbone"] == "test_resnet"
+    assert params["readers"] == "auto"
     assert metrics["windows_per_s"] > 0 and metrics["km2_per_s"] > 0
     areas = {k.removeprefix("area_ha/"): v for k, v in metrics.items() if k.startswith("area_ha/")}
     assert set(areas) == {"Tree cover", "Grassland", "Cropland", "Permanent water bodies"}
