@@ -12,8 +12,9 @@ did, and cut it into windows, a few strips ahead of the model, so reading overla
 is enough beside a CPU model, which needs the cores itself. Beside a GPU the CPU side must keep up with the
 device: one thread reads ~1,400 windows/s (10 bands, 128 px, overlap 0.25, a deflate GeoTIFF; measured on a
 2-core EPYC VM, where two threads read ~2,600/s); a data-centre GPU runs a ResNet-18 at 128 px faster than
-that, so there it is up to 8 (`reading_threads`). Windows go through the model in batches that may span rows;
-their probabilities are blended by `RowAccumulator` in grid order, and each block leaves as soon as it is final.
+that, so there it is up to 8 (`reading_threads`). Windows go through the model in batches cut from one strip
+(`_batches`; strips narrower than a batch share batches); their probabilities are blended by
+`RowAccumulator` in grid order, and each block leaves as soon as it is final.
 
 The loop sweeps one column tile of the scene at a time (`WindowGrid.column_tiles`): the windows of a range
 of column blocks plus the window columns of halo the first block needs. Memory therefore does not depend on
@@ -44,7 +45,7 @@ from torch import Tensor, nn
 
 from eoscale.errors import InputError
 from eoscale.infer.blend import SPARE_ROWS, Ramp, RowAccumulator
-from eoscale.infer.windows import Span, WindowGrid
+from eoscale.infer.windows import Span, WindowGrid, even_ranges
 from eoscale.ingest.reader import SceneReader
 from eoscale.ingest.sources import Scene
 from eoscale.train.checkpoint import BandContract
@@ -223,10 +224,10 @@ def _batches(strips: Iterable[Strip], windows: int, size: int) -> Iterator[list[
     if windows < size:
         yield from batched(((strip, k) for strip in strips for k in range(windows)), size)
         return
-    parts = -(-windows // size)
+    runs = even_ranges(windows, -(-windows // size))
     for strip in strips:
-        for p in range(parts):
-            yield [(strip, k) for k in range(p * windows // parts, (p + 1) * windows // parts)]
+        for run in runs:
+            yield [(strip, k) for k in run]
 
 
 def _stack(batch: list[tuple[Strip, int]]) -> Tensor:
@@ -281,7 +282,7 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
         self._norm = {"mean": mean, "scale": scale, "nodata": nodata}
         self._rows = iter(rows)
         threads = min(threads, cols.windows)
-        self._shares = [range(t * cols.windows // threads, (t + 1) * cols.windows // threads) for t in range(threads)]
+        self._shares = even_ranges(cols.windows, threads)
         self._pools = [ThreadPoolExecutor(1, thread_name_prefix="eoscale-read") for _ in self._shares]
         self._readers: list[SceneReader] = []
         self._pending: deque[tuple[int, Tensor, np.ndarray, list[Future[None]]]] = deque()

@@ -26,6 +26,11 @@ import numpy as np
 from eoscale.errors import InputError
 
 
+def even_ranges(count: int, parts: int) -> list[range]:
+    """`range(count)` in `parts` contiguous ranges, as equal in length as possible (the longer ones last)."""
+    return [range(p * count // parts, (p + 1) * count // parts) for p in range(parts)]
+
+
 def reflect(index: np.ndarray, length: int) -> np.ndarray:
     """Positions `index` (any integers) mirrored into `[0, length)` without repeating the edge pixel."""
     if length == 1:
@@ -84,7 +89,7 @@ class AxisGrid:
 
     def split(self, parts: int) -> list[range]:
         """Blocks in `parts` contiguous ranges, as equal in count as possible."""
-        return [range(p * self.count // parts, (p + 1) * self.count // parts) for p in range(parts)]
+        return even_ranges(self.count, parts)
 
     def tiles(self, pixels: int) -> list[range]:
         """Blocks in contiguous ranges whose windows (halo included) span at most `pixels`, as few and as equal
