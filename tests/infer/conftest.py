@@ -53,6 +53,15 @@ def checkpoint(tmp_path_factory) -> Path:
     return make_checkpoint(tmp_path_factory.mktemp("ckpt") / "best.ckpt")
 
 
+def damaged_copy(scene: Path, folder: Path) -> Path:
+    """`folder/damaged.tif`: `scene` with part of its pixel tiles overwritten (the header still reads)."""
+    data = bytearray(scene.read_bytes())
+    data[len(data) // 3 : len(data) // 2] = b"\x07" * (len(data) // 2 - len(data) // 3)
+    damaged = folder / "damaged.tif"
+    damaged.write_bytes(bytes(data))
+    return damaged
+
+
 @pytest.fixture(scope="session")
 def scene(tmp_path_factory) -> Path:
     """An odd-sized scene (301 × 347) with a nodata box."""

@@ -9,6 +9,7 @@ import torch
 
 from eoscale.bands import SENTINEL2_NAMES
 from eoscale.cli import main
+from tests.infer.conftest import damaged_copy
 from tests.rasters import write_scene
 
 
@@ -110,18 +111,10 @@ def test_store_that_does_not_exist(checkpoint, tmp_path, capsys):
                     str(tmp_path / "out")], "no tile store at")
 
 
-def _damaged(scene: Path, tmp_path: Path) -> Path:
-    data = bytearray(scene.read_bytes())
-    data[len(data) // 3 : len(data) // 2] = b"\x07" * (len(data) // 2 - len(data) // 3)  # tiles, not the header
-    damaged = tmp_path / "damaged.tif"
-    damaged.write_bytes(bytes(data))
-    return damaged
-
-
 def test_damaged_scene_read_by_three_threads(checkpoint, scene, tmp_path, capsys):
     """A reading thread's error reaches the user as the one line a single reader gives, and nothing is left."""
     out = tmp_path / "out"
-    _fails(capsys, [*_args(checkpoint, _damaged(scene, tmp_path), out), "--readers", "3"],
+    _fails(capsys, [*_args(checkpoint, damaged_copy(scene, tmp_path), out), "--readers", "3"],
            "damaged.tif' could not be read")
     assert not list(out.glob("damaged_*"))
 
@@ -129,6 +122,6 @@ def test_damaged_scene_read_by_three_threads(checkpoint, scene, tmp_path, capsys
 @pytest.mark.slow
 def test_damaged_scene_in_a_spawned_process(checkpoint, scene, tmp_path, capsys):
     """A user error in one of `--devices 2` processes stops the run with that error, in one line."""
-    _fails(capsys, [*_args(checkpoint, _damaged(scene, tmp_path), tmp_path / "out"), "--devices", "2"],
+    _fails(capsys, [*_args(checkpoint, damaged_copy(scene, tmp_path), tmp_path / "out"), "--devices", "2"],
            "damaged.tif' could not be read")
     assert list((tmp_path / "out").iterdir()) == []

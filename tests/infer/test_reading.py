@@ -12,7 +12,7 @@ from eoscale.infer.predict import read_ahead, read_strip
 from eoscale.infer.windows import Span, WindowGrid
 from eoscale.ingest.reader import SceneReader
 from eoscale.ingest.sources import open_scene
-from tests.infer.conftest import MEAN, STD
+from tests.infer.conftest import MEAN, STD, damaged_copy
 
 NORM = {"mean": np.float32(MEAN)[:, None, None], "scale": 1 / np.float32(STD)[:, None, None]}
 
@@ -38,11 +38,7 @@ def test_threads_read_what_one_reader_reads(scene, threads, tile):
 
 
 def test_a_reading_error_comes_through_and_no_thread_is_left(scene, tmp_path):
-    data = bytearray(scene.read_bytes())
-    data[len(data) // 3 : len(data) // 2] = b"\x07" * (len(data) // 2 - len(data) // 3)  # tiles, not the header
-    damaged = tmp_path / "damaged.tif"
-    damaged.write_bytes(bytes(data))
-    source = open_scene(str(damaged))
+    source = open_scene(str(damaged_copy(scene, tmp_path)))
     grid = WindowGrid.make(source.height, source.width, window=32, overlap=0.25)
     before = threading.active_count()
     strips = read_ahead(source, grid, range(grid.rows.count), cols=Span.of(grid.cols), **NORM, nodata=source.nodata,
