@@ -29,6 +29,11 @@ def test_batch_size_does_not_change_the_map(checkpoint, scene, tmp_path):
         _same_files(reference, _run(checkpoint, [scene], tmp_path / f"b{batch_size}", batch_size=batch_size), ["odd"])
 
 
+def test_reading_threads_do_not_change_the_map(checkpoint, scene, tmp_path):
+    reference = _run(checkpoint, [scene], tmp_path / "r1", readers=1)
+    _same_files(reference, _run(checkpoint, [scene], tmp_path / "r3", readers=3, column_tile=200), ["odd"])
+
+
 def test_column_tiles_do_not_change_the_map(checkpoint, scene, tmp_path):
     """Sweeping the 347-column scene in tiles (each with its halo) gives the bytes of one full-width sweep."""
     from eoscale.infer.windows import WindowGrid
