@@ -86,8 +86,8 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
     from eoscale.infer.predict import batched, predict_blocks, read_strip, reading_threads
     from eoscale.infer.run import PredictConfig, pick_device, predict
     from eoscale.infer.windows import WindowGrid
-    from eoscale.ingest.reader import SceneReader
-    from eoscale.ingest.sources import open_scene
+    from eoscale.raster.reader import SceneReader
+    from eoscale.raster.sources import open_scene
 
     model = load_model(checkpoint, device=pick_device(device, 0))
     contract = model.contract
@@ -183,8 +183,8 @@ def write_random_checkpoint(path: Path, scene: Path, *, backbone: str, tile: int
     import rasterio
     import torch
 
+    from eoscale.contract import CONTRACT_KEY, BandContract
     from eoscale.synth import class_table
-    from eoscale.train.checkpoint import CONTRACT_KEY, BandContract
     from eoscale.train.task import SegmentationTask
 
     with rasterio.open(scene) as src:

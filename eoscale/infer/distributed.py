@@ -3,7 +3,8 @@
 Three ways to run N processes, one code path:
 
 - `srun -n N eoscale predict ...`: ranks from Slurm (`SLURM_PROCID`, `SLURM_STEP_NUM_TASKS`); the job and
-  step ids name the run;
+  step ids name the run (unless `EOSCALE_INDEPENDENT_TASKS=1`: then each task is a run of its own, as in the
+  predict array template);
 - `torchrun --nproc-per-node N -m eoscale predict ...`: ranks from `RANK`/`WORLD_SIZE`; rank 0 draws a run
   name and sends it to the others over a gloo process group (the rendezvous torchrun set up);
 - `eoscale predict --devices N`: the command starts N processes itself (torch.multiprocessing spawn).
@@ -69,9 +70,19 @@ class Ranks:
     run_id: str
 
 
+INDEPENDENT = "EOSCALE_INDEPENDENT_TASKS"  # set (to 1) where srun's tasks are separate runs, not ranks of one
+
+
 def ranks_from_environment() -> Ranks | None:
-    """This process's rank under torchrun or srun with more than one process, else None."""
+    """This process's rank under torchrun or srun with more than one process, else None.
+
+    srun's tasks are ranks of one run unless `EOSCALE_INDEPENDENT_TASKS=1` says otherwise: the predict array
+    template starts one independent `eoscale predict` per task (each its own scene) under one srun, and
+    tasks taken for ranks would each predict a slice of their own scene and wait for slices nobody writes.
+    """
     env = os.environ
+    if env.get(INDEPENDENT, "").strip() not in ("", "0"):
+        return None
     if int(env.get("WORLD_SIZE", "1")) > 1 and "RANK" in env:
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
         return Ranks(rank, world, int(env.get("LOCAL_RANK", "0")), _torchrun_run_id(rank, world))

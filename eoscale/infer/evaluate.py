@@ -2,7 +2,7 @@
 
 Tiles come through `TileDataModule` exactly as training and `eoscale test` see them (the checkpoint's bands,
 the store's normalisation, nodata as ignored labels); the metrics are the training task's own
-(`configure_metrics`), so the names and values line up with `eoscale test`: `test_miou`,
+(`eoscale.models.metrics`), so the names and values line up with `eoscale test`: `test_miou`,
 `test_iou/<class>`, `test_accuracy`, `test_f1`. Tiles are predicted one by one, not reassembled into scenes.
 """
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
+from eoscale.contract import BandContract
 from eoscale.infer.model import PredictionModel
-from eoscale.train.checkpoint import BandContract
+from eoscale.models.metrics import segmentation_metrics
 
 
 def evaluate(model: PredictionModel, store: str | Path, *, split: str = "test", batch_size: int = 16,
@@ -27,7 +28,7 @@ def evaluate(model: PredictionModel, store: str | Path, *, split: str = "test", 
     # the same check as fine-tuning: same bands, classes, tile size and normalisation as the training store
     model.contract.check(BandContract.from_datamodule(data), what=f"checkpoint {str(model.checkpoint)!r}")
     data.setup("predict")
-    metrics = model.task.configure_metrics().clone(prefix=f"{split}_")
+    metrics = segmentation_metrics(len(model.classes.classes)).clone(prefix=f"{split}_")
     device = model.device
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     with torch.inference_mode():

@@ -43,12 +43,12 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch import Tensor, nn
 
+from eoscale.contract import BandContract
 from eoscale.errors import InputError
 from eoscale.infer.blend import SPARE_ROWS, Ramp, RowAccumulator
 from eoscale.infer.windows import Span, WindowGrid, even_ranges
-from eoscale.ingest.reader import SceneReader
-from eoscale.ingest.sources import Scene
-from eoscale.train.checkpoint import BandContract
+from eoscale.raster.reader import SceneReader
+from eoscale.raster.sources import Scene
 
 T = TypeVar("T")
 COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at ~bytes_per_column × this

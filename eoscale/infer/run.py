@@ -53,7 +53,7 @@ from eoscale.infer.outputs import (
 )
 from eoscale.infer.predict import COLUMN_TILE, handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
-from eoscale.ingest.sources import Scene, expand_paths, open_scene
+from eoscale.raster.sources import Scene, expand_paths, open_scene
 
 WORK_DIR = ".eoscale-predict"
 

@@ -1,7 +1,7 @@
-"""Prediction runs in MLflow: experiment `eoscale-predict`, through the training code's `MLflowLogger`.
+"""Prediction runs in MLflow: experiment `eoscale-predict`, through the training code's `eoscale.track.logger.MLflowLogger`.
 
 The tracking URI is `--tracking-uri`, else `MLFLOW_TRACKING_URI`, else `sqlite:///<output>/mlflow.db`
-(`eoscale.train.tracking.default_tracking_uri`); a tracking store that fails costs a warning, not the maps.
+(`eoscale.track.store.default_tracking_uri`); a tracking store that fails costs a warning, not the maps.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ MAX_PARAM = 500  # MLflow caps a parameter's value; a long list of inputs is cut
 
 def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = None):
     """An MLflow run in experiment `eoscale-predict`, or None (and a warning) if the tracking store refuses."""
-    from eoscale.train.tracking import MLflowLogger
+    from eoscale.track.logger import MLflowLogger
 
     try:
         return MLflowLogger(experiment_name=EXPERIMENT, run_name=run_name, tracking_uri=tracking_uri,
@@ -62,7 +62,7 @@ def log_prediction(config, result, *, tracking_uri: str | None = None) -> str | 
         logger.log_artifact(r.outputs["areas_csv"], "areas")
         logger.log_artifact(r.outputs["areas_json"], "areas")
     logger.finalize("success")
-    return None if logger._failed else logger.run_id
+    return None if logger.failed else logger.run_id
 
 
 def log_evaluation(output: Path, tracking_uri: str | None, params: dict, metrics: dict[str, float]) -> str | None:
@@ -73,4 +73,4 @@ def log_evaluation(output: Path, tracking_uri: str | None, params: dict, metrics
     logger.log_hyperparams(params)
     logger.log_metrics(metrics, step=0)
     logger.finalize("success")
-    return None if logger._failed else logger.run_id
+    return None if logger.failed else logger.run_id

@@ -81,7 +81,7 @@ def _scheduler(args: argparse.Namespace) -> Iterator[str | None]:
         return
     if args.scheduler:
         raise InputError("give --scheduler or --slurm-workers, not both")
-    from eoscale.slurm.dask import slurm_cluster
+    from eoscale.cluster.slurm import slurm_cluster
 
     with slurm_cluster(args.slurm_workers, profile=args.slurm_profile, log_directory=args.slurm_log_dir) as cluster:
         yield cluster.scheduler_address

@@ -17,7 +17,7 @@ from rasterio.warp import reproject, transform_bounds
 
 from eoscale.classes import IGNORE_INDEX, ClassTable
 from eoscale.errors import InputError
-from eoscale.ingest.sources import Scene, check_crs, open_raster
+from eoscale.raster.sources import Scene, check_crs, open_raster
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,9 @@ from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
 from eoscale.ingest.plan import make_plan
 from eoscale.ingest.scan import scan_validity, warp_labels
 from eoscale.ingest.skeleton import CODECS, create_skeleton
-from eoscale.ingest.sources import Scene, expand_paths, open_scenes
 from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.writer import finalize, gather_markers, marker_path, write_shard
+from eoscale.raster.sources import Scene, expand_paths, open_scenes
 
 
 @dataclass

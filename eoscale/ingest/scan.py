@@ -19,8 +19,8 @@ from eoscale.classes import IGNORE_INDEX, ClassTable
 from eoscale.errors import InputError
 from eoscale.ingest.labels import LabelRaster, reproject_labels
 from eoscale.ingest.plan import window_valid_fraction
-from eoscale.ingest.reader import SceneReader
-from eoscale.ingest.sources import Scene
+from eoscale.raster.reader import SceneReader
+from eoscale.raster.sources import Scene
 
 
 def _paths(progress: Path, index: int) -> dict[str, Path]:

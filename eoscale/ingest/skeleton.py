@@ -18,7 +18,7 @@ from zarr.codecs import BloscCodec, ZstdCodec
 from eoscale import schema
 from eoscale.errors import InputError
 from eoscale.ingest.plan import TilePlan
-from eoscale.ingest.sources import Scene
+from eoscale.raster.sources import Scene
 
 CODECS = ("blosc-zstd", "blosc-lz4", "zstd", "none")
 

@@ -20,10 +20,10 @@ import zarr
 from eoscale import schema
 from eoscale.classes import IGNORE_INDEX
 from eoscale.ingest.plan import TilePlan
-from eoscale.ingest.reader import SceneReader
 from eoscale.ingest.scan import load_scene_labels
-from eoscale.ingest.sources import Scene
 from eoscale.ingest.stats import band_histograms
+from eoscale.raster.reader import SceneReader
+from eoscale.raster.sources import Scene
 
 
 def marker_path(progress: Path, shard: int) -> Path:

@@ -1,4 +1,4 @@
-"""Slurm glue: cluster profiles, job templates, submission, Dask workers as Slurm jobs, chained pipelines.
+"""Slurm glue: job templates, submission, chained pipelines (profiles and Dask workers: `eoscale.cluster`).
 
     eoscale slurm render juwels-booster fit --account PROJECT --nodes 2 --config configs/vit_s16_seg.yaml
     eoscale slurm submit local run --set command='eoscale info runs/tiles.zarr'
@@ -11,7 +11,7 @@ before it reaches a script; only the profile's own shell text (its preamble and 
 rendered as it is written.
 """
 
-from eoscale.slurm.profiles import Profile, load_profile, profile_names
+from eoscale.cluster.profiles import Profile, load_profile, profile_names
 from eoscale.slurm.render import render, template_names
 
 __all__ = ["Profile", "load_profile", "profile_names", "render", "template_names"]

@@ -52,7 +52,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def values_from(args: argparse.Namespace) -> dict:
-    from eoscale.slurm.settings import parse_assignments
+    from eoscale.cluster.settings import parse_assignments
 
     values = parse_assignments(args.assignments)
     for key in ("account", "partition", "nodes", "time", "job_name"):
@@ -64,9 +64,9 @@ def values_from(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eoscale.slurm.profiles import load_profile, profile_names
+    from eoscale.cluster.profiles import load_profile, profile_names
+    from eoscale.cluster.settings import KEYS
     from eoscale.slurm.render import render_job, template_names
-    from eoscale.slurm.settings import KEYS
     from eoscale.slurm.submit import submit_job
 
     if args.action == "list":

@@ -4,7 +4,7 @@
     eoscale slurm submit pipelines/quickstart.yaml --profile local   # one job per step, each afterok the last
 
 A step is a job template (`run` unless it says `template: fit`, …) and its settings, the keys of
-`eoscale.slurm.settings.KEYS`, written flat:
+`eoscale.cluster.settings.KEYS`, written flat:
 
     steps:
       - name: ingest
@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
+from eoscale.cluster import settings
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.slurm import settings
 
 _STEP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -144,7 +144,7 @@ def submit_pipeline(pipeline: Pipeline, *, profile: str | None = None, extra: di
     `extra` settings (from the command line: account, time, …) apply to every step whose template takes
     them, over the pipeline's own. A step that sbatch refuses cancels the jobs already submitted.
     """
-    from eoscale.slurm.profiles import load_profile
+    from eoscale.cluster.profiles import load_profile
     from eoscale.slurm.render import render_job
     from eoscale.slurm.submit import cancel, submit_job
 

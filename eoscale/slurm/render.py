@@ -16,9 +16,9 @@ from typing import Any
 
 import jinja2
 
+from eoscale.cluster import settings
+from eoscale.cluster.profiles import PROFILE_DIR, Profile, load_profile
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.slurm import settings
-from eoscale.slurm.profiles import PROFILE_DIR, Profile, load_profile
 
 TEMPLATE_DIR = PROFILE_DIR.parent
 SUFFIX = ".sbatch.j2"

@@ -1,6 +1,6 @@
 """Training runs from MLflow side by side: throughput, scaling efficiency, time and cost to a target mIoU.
 
-Everything comes from what `eoscale fit` logs (`eoscale.train.tracking`): the `run/*` and `data/*` params
+Everything comes from what `eoscale fit` logs (`eoscale.train.monitor`): the `run/*` and `data/*` params
 (strategy, world size, nodes, devices per node, precision, global batch, Slurm job, band contract) and
 the metrics `throughput/samples_per_s`, `throughput/samples_per_s_device`, `time/epoch_s`,
 `memory/peak_mb` and `val_miou` (with its history and timestamps). Nothing here depends on the machine a
@@ -25,7 +25,7 @@ from typing import Any
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.track.store import artifact_location, default_tracking_uri, sqlite_path
 
-EXPERIMENT = "eoscale"  # where `eoscale fit` logs (eoscale.train.tracking.MLflowLogger's default)
+EXPERIMENT = "eoscale"  # where `eoscale fit` logs (eoscale.track.logger.MLflowLogger's default)
 COMPARE_EXPERIMENT = "eoscale-compare"
 MIOU = "val_miou"
 THROUGHPUT = "throughput/samples_per_s"

@@ -15,7 +15,7 @@ Several nodes under Slurm (one task per GPU; Lightning's SLURMEnvironment reads 
 
 or with `torchrun --nnodes 2 --nproc-per-node 4 -m eoscale fit ...` (TorchElasticEnvironment).
 Resume with `--ckpt_path last` or a checkpoint path; `eoscale consolidate` makes one file of an FSDP
-checkpoint folder. Every run logs to MLflow (see `eoscale.train.tracking`).
+checkpoint folder. Every run logs to MLflow (`eoscale.track.logger`, `eoscale.train.monitor`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
+from eoscale.train.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
 from eoscale.train.task import BaseTask
-from eoscale.train.tracking import TrainingMonitor, mlflow_loggers, resume_run_id
 
-LOGGER = "eoscale.train.tracking.MLflowLogger"
+LOGGER = "eoscale.track.logger.MLflowLogger"
 
 
 def default_precision() -> str:

@@ -21,19 +21,16 @@ import torch.nn.functional as F
 from lightning import LightningModule
 from torch import Tensor, nn
 from torchmetrics import MetricCollection
-from torchmetrics.classification import (
-    MulticlassAccuracy,
-    MulticlassConfusionMatrix,
-    MulticlassF1Score,
-    MulticlassJaccardIndex,
-)
+from torchmetrics.classification import MulticlassConfusionMatrix
 
 from eoscale.classes import IGNORE_INDEX
+from eoscale.contract import CONTRACT_KEY, MODEL_KEY, BandContract, model_args_from_hparams
 from eoscale.errors import InputError
 from eoscale.models import build_model
+from eoscale.models.checkpoint import load_finetune_weights
 from eoscale.models.foundation import FoundationWeights
 from eoscale.models.lora import ADAPTERS_DIR, Finetune, LoraSettings, apply_finetune, save_adapter
-from eoscale.train.checkpoint import CONTRACT_KEY, BandContract, load_finetune_weights
+from eoscale.models.metrics import segmentation_metrics
 
 Loss = Literal["ce", "ce+dice"]
 SPLITS = ("val", "test")
@@ -225,20 +222,19 @@ class SegmentationTask(BaseTask):
             save_adapter(self.model, folder, name=name, contract=self.contract, model_args=model_args,
                          write=self.trainer.is_global_zero)
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        # the network's constructor arguments: inference rebuilds it with build_model(**args), no task needed
+        h = self.hparams
+        checkpoint[MODEL_KEY] = {"args": model_args_from_hparams(h), "finetune": h.get("finetune", "full"),
+                                 "lora": h.get("lora")}
+
     def configure_losses(self) -> nn.Module:
         dice = self.hparams.dice_weight if "dice" in self.hparams.loss else 0.0
         return SegmentationLoss(self._class_weights, dice_weight=dice)
 
     def configure_metrics(self) -> MetricCollection:
-        kw = {"num_classes": self.num_classes, "ignore_index": IGNORE_INDEX}
-        return MetricCollection(
-            {
-                "miou": MulticlassJaccardIndex(average="macro", **kw),
-                "iou": MulticlassJaccardIndex(average="none", **kw),
-                "accuracy": MulticlassAccuracy(average="micro", **kw),
-                "f1": MulticlassF1Score(average="macro", **kw),
-            }
-        )
+        return segmentation_metrics(self.num_classes)
 
     # -- steps ---------------------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:

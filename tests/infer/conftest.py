@@ -16,7 +16,7 @@ import torch
 
 from eoscale.bands import SENTINEL2_NAMES
 from eoscale.classes import ClassTable
-from eoscale.train.checkpoint import CONTRACT_KEY, BandContract
+from eoscale.contract import CONTRACT_KEY, BandContract
 from tests.rasters import CLASSES_CSV, write_scene
 
 ROOT = Path(__file__).resolve().parents[2]

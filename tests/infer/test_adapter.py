@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from eoscale.cli import main
+from eoscale.contract import BandContract
 from eoscale.infer.model import load_model
 from eoscale.infer.run import PredictConfig, predict
-from eoscale.train.checkpoint import BandContract
 from tests.infer.conftest import make_checkpoint, read_map
 
 
@@ -21,8 +21,10 @@ def adapted(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("lora")
     checkpoint = make_checkpoint(root / "exp" / "run" / "checkpoints" / "last.ckpt", backbone="test_vit")
+    from eoscale.models import build_model
+
     base = load_model(checkpoint)
-    model = base.task.configure_models()
+    model = build_model(**base.spec["args"])
     model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
     apply_finetune(model, "lora", {"r": 2, "name": "alps"})
     generator = torch.Generator().manual_seed(1)
@@ -71,7 +73,7 @@ def test_predict_with_an_adapter(adapted, scene, tmp_path, capsys):
 
 def test_checkpoint_of_a_lora_fit(tmp_path):
     """A checkpoint trained with `finetune: lora` holds LoRA layers: rebuilt as trained, then merged."""
-    from eoscale.train.checkpoint import CONTRACT_KEY
+    from eoscale.contract import CONTRACT_KEY
     from eoscale.train.task import SegmentationTask
     from tests.infer.conftest import MEAN, STD, TABLE
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from eoscale.cli import main
-from eoscale.infer.adapter_command import describe_adapters, merge
 from eoscale.infer.model import load_model
+from eoscale.models.adapter_command import describe_adapters, merge
 from tests.infer.conftest import make_checkpoint
 
 
@@ -23,7 +23,9 @@ def _adapter(root, checkpoint, name: str, *, r: int = 2, backbone_kwargs: dict |
         model = SegmentationTask(backbone="test_vit", backbone_kwargs=backbone_kwargs, decoder_channels=8,
                                  in_chans=10, num_classes=4, img_size=32).configure_models()
     else:
-        model = base.task.configure_models()
+        from eoscale.models import build_model
+
+        model = build_model(**base.spec["args"])
         model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
     apply_finetune(model, "lora", {"r": r, "alpha": 2 * r, "name": name})
     generator = torch.Generator().manual_seed(1)

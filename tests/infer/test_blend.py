@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from eoscale.contract import BandContract
 from eoscale.infer.blend import axis_weight_sums, ramp
 from eoscale.infer.predict import predict_blocks
 from eoscale.infer.windows import AxisGrid, WindowGrid, reflect
-from eoscale.ingest.reader import SceneReader
-from eoscale.ingest.sources import open_scene
-from eoscale.train.checkpoint import BandContract
+from eoscale.raster.reader import SceneReader
+from eoscale.raster.sources import open_scene
 from tests.infer.conftest import MEAN, STD, TABLE
 
 

@@ -116,3 +116,27 @@ def test_a_killed_rank_fails_the_other_within_the_bound(checkpoint, tmp_path):
     assert waited < 120, waited
     assert not (out / "big_landcover.tif").exists()
     assert not list(out.glob("big_*")) and not list(out.glob(".big_*"))
+
+
+def test_independent_srun_tasks_are_not_ranks_of_one_run(monkeypatch):
+    """The predict array template runs one independent predict per srun task (issue 13, fault 1)."""
+    from eoscale.infer.distributed import INDEPENDENT, ranks_from_environment
+
+    for name in ("WORLD_SIZE", "RANK", INDEPENDENT):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "2",
+                        "SLURM_PROCID": "1"}.items():
+        monkeypatch.setenv(name, value)
+    ranks = ranks_from_environment()
+    assert ranks is not None and (ranks.rank, ranks.world, ranks.run_id) == (1, 2, "slurm-42.0")
+    monkeypatch.setenv(INDEPENDENT, "1")
+    assert ranks_from_environment() is None
+
+
+def test_the_predict_template_marks_its_tasks_independent(tmp_path):
+    from eoscale.slurm import render
+
+    (tmp_path / "s.txt").write_text("a.tif\nb.tif\n")
+    script = render("local", "predict", {"scenes": str(tmp_path / "s.txt"), "checkpoint": "c.ckpt", "output": "maps",
+                                         "scenes_per_task": "2"})
+    assert "export EOSCALE_INDEPENDENT_TASKS=1" in script.rsplit("\nsrun", 1)[0]

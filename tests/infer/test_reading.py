@@ -10,8 +10,8 @@ import pytest
 from eoscale.errors import InputError
 from eoscale.infer.predict import read_ahead, read_strip
 from eoscale.infer.windows import Span, WindowGrid
-from eoscale.ingest.reader import SceneReader
-from eoscale.ingest.sources import open_scene
+from eoscale.raster.reader import SceneReader
+from eoscale.raster.sources import open_scene
 from tests.infer.conftest import MEAN, STD, damaged_copy
 
 NORM = {"mean": np.float32(MEAN)[:, None, None], "scale": 1 / np.float32(STD)[:, None, None]}

@@ -1,5 +1,5 @@
-"""The predict template on the local Slurm cluster: an array job over a scene list, one scene per array task,
-each task writing its scene's land-cover map."""
+"""The predict template on the local Slurm cluster: an array job over a scene list, two scenes per array task
+(two independent srun tasks, the documented JUWELS path), each task writing its scene's land-cover map."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def test_a_predict_array_job_maps_every_scene(local_slurm, tmp_path, capsys, mon
 
     monkeypatch.chdir(tmp_path)
     scenes = []
-    for i in range(2):
+    for i in range(3):
         scene = tmp_path / "scenes" / f"scene{i}.tif"
         scene.parent.mkdir(exist_ok=True)
         write_scene(scene, height=160, width=190, seed=i, origin=(310_000.0 + 4_000 * i, 5_650_000.0))
@@ -49,20 +49,22 @@ def test_a_predict_array_job_maps_every_scene(local_slurm, tmp_path, capsys, mon
 
     started = time.perf_counter()
     assert main(["slurm", "submit", "local", "predict", "--set", f"venv={VENV}", "--set", "scenes=scenes.txt",
-                 "--set", f"checkpoint={checkpoint}", "--set", f"output={out}", "--set", "scenes_per_task=1",
+                 "--set", f"checkpoint={checkpoint}", "--set", f"output={out}", "--set", "scenes_per_task=2", "--set", "tasks_per_node=2",
                  "--set", f"mlflow_uri={uri}", "--set", "args=--no-progress", "--job-name", "predict"]) == 0
     job_id = capsys.readouterr().out.strip()
     assert job_id.isdigit()
     script = (tmp_path / "logs" / f"predict-{job_id}.sbatch").read_text()
-    assert "#SBATCH --array=0-1\n" in script and "#SBATCH --ntasks=1\n" in script
+    assert "#SBATCH --array=0-1\n" in script and "#SBATCH --ntasks=2\n" in script
 
-    wait_gone(job_id, timeout=120)
-    print(f"predict array job, 2 scenes: {time.perf_counter() - started:.1f} s from sbatch to done")
+    wait_gone(job_id, timeout=180)
+    print(f"predict array job, 3 scenes: {time.perf_counter() - started:.1f} s from sbatch to done")
     logs = {i: tmp_path / "logs" / f"predict-{job_id}_{i}.out" for i in range(2)}
     assert all(p.exists() for p in logs.values()), sorted(p.name for p in (tmp_path / "logs").iterdir())
     text = {i: p.read_text() for i, p in logs.items()}
-    for i, scene in enumerate(scenes):
-        assert f"eoscale: array task {i}, task 0: scene {i + 1}: {scene}" in text[i], text[i][-3000:]
+    for n, scene in enumerate(scenes):
+        array_task, task = divmod(n, 2)
+        i = array_task
+        assert f"eoscale: array task {array_task}, task {task}: scene {n + 1}: {scene}" in text[i], text[i][-3000:]
         landcover = out / f"{scene.stem}_landcover.tif"
         assert landcover.exists(), text[i][-3000:]
         with rasterio.open(scene) as src, rasterio.open(landcover) as lc:

@@ -63,6 +63,12 @@ def test_fit_logs_to_embedded_mlflow(store: Path, tmp_path: Path, monkeypatch):
     checkpoint = torch.load(best, weights_only=True)
     assert checkpoint["eoscale"]["bands"][0] == "B02" and checkpoint["eoscale"]["tile_size"] == 32
     assert checkpoint["hyper_parameters"]["in_chans"] == 10
+    # and the model contract: the network's constructor arguments, so inference needs no training code
+    model = checkpoint["eoscale_model"]
+    assert model["args"]["in_chans"] == 10 and model["args"]["img_size"] == 32 and model["finetune"] == "full"
+    from eoscale.models.checkpoint import load_network
+
+    assert load_network(best).spec == {"args": model["args"], "finetune": "full", "lora": model["lora"]}
 
     # validate and test from that checkpoint, through the eoscale command table
     for command in ("validate", "test"):

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from eoscale.track.logger import MLflowLogger
+from eoscale.track.store import default_tracking_uri
 from eoscale.train.cli import main
-from eoscale.train.tracking import MLflowLogger, default_tracking_uri
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 
@@ -121,7 +122,7 @@ def test_resumed_run_keeps_params_and_names_changes(tmp_path: Path, monkeypatch)
     again = MLflowLogger(root_dir=str(tmp_path), run_id=first.run_id)
     again.log_hyperparams({"lr": 0.1, "steps": 20, "ckpt_path": "last"})
     run = MlflowClient(again._tracking_uri).get_run(first.run_id)
-    assert run.info.status == "RUNNING" and not again._failed
+    assert run.info.status == "RUNNING" and not again.failed
     assert run.data.params == {"lr": "0.1", "steps": "10", "ckpt_path": "last"}
     assert run.data.tags["eoscale.changed_on_resume"] == "steps"
     again.log_hyperparams({"lr": 0.2})  # a later call (the run facts) adds to the tag, not replaces it
@@ -130,4 +131,4 @@ def test_resumed_run_keeps_params_and_names_changes(tmp_path: Path, monkeypatch)
     with pytest.warns(RuntimeWarning, match="is not in .*: logging to a new run"):
         other = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", root_dir=str(tmp_path), run_id=first.run_id)
         other.log_hyperparams({"lr": 0.2})
-    assert other.run_id != first.run_id and not other._failed
+    assert other.run_id != first.run_id and not other.failed

@@ -1,7 +1,7 @@
 """Cluster profiles: what a machine is, in one YAML file under `slurm/profiles/` (or any path).
 
 A profile gives the defaults of the job settings (partition, GPUs per node, tasks per node, CPUs per task,
-time, the network interface, …: every key of `eoscale.slurm.settings.KEYS`) plus what only its author
+time, the network interface, …: every key of `eoscale.cluster.settings.KEYS`) plus what only its author
 may write, because it is shell text rendered as written: `modules` to load, a `preamble`, `env`
 variables (the offline flags of compute nodes, for instance) and `mlflow_uri`, which may refer to
 variables such as `$PROJECT`. The `dask` section describes one Dask worker job of `eoscale ingest
@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
+from eoscale.cluster import settings
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.slurm import settings
 
 PROFILE_DIR = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
 

@@ -17,7 +17,7 @@ from rasterio.vrt import WarpedVRT
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
-from eoscale.ingest.sources import Scene
+from eoscale.raster.sources import Scene
 
 
 class SceneReader:

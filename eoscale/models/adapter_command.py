@@ -8,7 +8,7 @@
 `list` reads `<ROOT>/adapters/*/` (`eoscale.models.lora`): rank, alpha, targets, size on disk, the backbone
 and the band contract of the store each adapter was trained on.
 
-`merge` builds the network exactly as `eoscale predict --adapter NAME` does (`eoscale.infer.model.load_model`:
+`merge` builds the network exactly as `eoscale predict --adapter NAME` does (`eoscale.models.checkpoint.load_network`:
 the adapter found beside the checkpoint or up to three folders above it, its head loaded, its LoRA updates
 folded into the backbone's weights) and writes it as an ordinary checkpoint: weights without LoRA layers,
 `finetune: full`, the adapter's band contract and class count. `predict` then needs no `--adapter`, and
@@ -60,24 +60,26 @@ def merge(checkpoint: str | os.PathLike, adapter: str, output: str | os.PathLike
     import torch
 
     # predict's own loader: what is written is exactly the network `predict --adapter` runs
-    from eoscale.infer.model import load_model
-    from eoscale.train.checkpoint import CONTRACT_KEY, load_checkpoint
+    from eoscale.contract import CONTRACT_KEY, MODEL_KEY, load_checkpoint
+    from eoscale.models.checkpoint import load_network
 
     checkpoint, output = Path(checkpoint), Path(output)
     if output.exists() and not overwrite:
         raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
     if output.resolve() == checkpoint.resolve():
         raise InputError(f"--output {str(output)!r} is the checkpoint itself: write the merged one elsewhere")
-    model = load_model(checkpoint, adapter=adapter)
+    model = load_network(checkpoint, adapter=adapter)
     saved = load_checkpoint(checkpoint)
-    hparams = dict(model.task.hparams)
     # the LoRA layers are gone and the head is the adapter's: the merged weights are an ordinary full model
-    hparams.update(finetune="full", lora=None, weights=None, finetune_from=None)
+    hparams = dict(saved.get("hyper_parameters") or {})
+    hparams.update(finetune="full", lora=None, weights=None, finetune_from=None,
+                   num_classes=model.spec["args"]["num_classes"])
     merged = {
         **{k: saved[k] for k in ("epoch", "global_step", "pytorch-lightning_version") if k in saved},
         "state_dict": {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.network.state_dict().items()},
         "hyper_parameters": hparams,
         CONTRACT_KEY: model.contract.to_dict(),
+        MODEL_KEY: {"args": model.spec["args"], "finetune": "full", "lora": None},
         MERGED_KEY: {"checkpoint": str(checkpoint), "adapter": adapter},
     }
     output.parent.mkdir(parents=True, exist_ok=True)

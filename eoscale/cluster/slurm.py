@@ -24,8 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from eoscale.cluster.profiles import Profile, load_profile
 from eoscale.errors import InputError
-from eoscale.slurm.profiles import Profile, load_profile
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,9 @@
-"""Dask clients for the bulk array work: a local cluster by default, or an existing scheduler.
+"""Dask clients for the bulk array work, in one place: a local cluster by default, an existing scheduler, or
+worker processes that are Slurm jobs (`eoscale.cluster.slurm`, sized by a cluster profile,
+`eoscale.cluster.profiles`).
+
+Below the stages on purpose: `ingest` runs its graph here without knowing about Slurm job templates, and
+`eoscale.slurm` renders jobs from the same profiles.
 
 A local cluster uses one single-threaded worker process per core: rasterio/GDAL and the Blosc codecs
 release the GIL only in parts, and separate processes measured faster than threads for ingest here.

@@ -1,0 +1,144 @@
+"""The model contract: what an eoscale checkpoint promises about its input and its network.
+
+Every eoscale checkpoint holds, under ``checkpoint["eoscale"]``, the band contract of the store it was
+trained on: band names in order, the normalisation mean/std per band, the tile size and the class table.
+Resuming, fine-tuning and prediction compare it with their store and refuse a mismatch in one line.
+
+Since schema 2 it also holds, under ``checkpoint["eoscale_model"]``, the network's constructor arguments
+(as nanoGPT keeps `model_args`): `eoscale.models.build_model(**model["args"])` plus the fine-tuning mode
+rebuilds the network, so inference never needs the training code. Checkpoints written before carry the
+same facts in Lightning's `hyper_parameters`; `model_spec()` reads either.
+
+Reading is plain data only (`torch.load(weights_only=True)`): a checkpoint never runs code. The one
+exception is torch's own sharded DCP folder format (`*.distcp`), whose tensors torch itself unpickles:
+treat sharded folders as trusted input, as torch's documentation says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
+
+CONTRACT_KEY = "eoscale"
+METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
+
+
+@dataclass(frozen=True)
+class BandContract:
+    """What a model expects of its input tiles."""
+
+    bands: tuple[str, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    tile_size: int
+    classes: tuple[dict, ...]  # {index, code, name, color}
+
+    @classmethod
+    def from_datamodule(cls, datamodule: Any) -> BandContract:
+        stats = datamodule.statistics
+        table = datamodule.class_table
+        records = table.to_records() if hasattr(table, "to_records") else list(table)
+        return cls(
+            bands=tuple(str(b) for b in datamodule.band_names),
+            mean=tuple(float(v) for v in _stat(stats, "mean")),
+            std=tuple(float(v) for v in _stat(stats, "std")),
+            tile_size=int(datamodule.tile_size),
+            classes=tuple({k: r[k] for k in ("index", "code", "name", "color") if k in r} for r in records),
+        )
+
+    def to_dict(self) -> dict:
+        """Plain lists and numbers only, so `torch.load(weights_only=True)` reads it."""
+        return {
+            "bands": list(self.bands),
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "tile_size": self.tile_size,
+            "classes": [dict(c) for c in self.classes],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> BandContract:
+        return cls(
+            bands=tuple(data["bands"]),
+            mean=tuple(data["mean"]),
+            std=tuple(data["std"]),
+            tile_size=int(data["tile_size"]),
+            classes=tuple(dict(c) for c in data["classes"]),
+        )
+
+    def check(self, store: BandContract, *, what: str = "checkpoint") -> None:
+        """Raise `BandMismatchError` naming the first difference between this contract and the store's."""
+        problem = None
+        if self.bands != store.bands:
+            problem = f"bands {list(self.bands)}, the store has {list(store.bands)}"
+        elif self.tile_size != store.tile_size:
+            problem = f"tile size {self.tile_size}, the store has {store.tile_size}"
+        elif [(c["code"], c["name"]) for c in self.classes] != [(c["code"], c["name"]) for c in store.classes]:
+            problem = (
+                f"classes {[c['code'] for c in self.classes]}, the store has {[c['code'] for c in store.classes]}"
+            )
+        elif not (np.allclose(self.mean, store.mean, rtol=1e-4) and np.allclose(self.std, store.std, rtol=1e-4)):
+            problem = "other normalisation statistics (mean/std per band) than the store"
+        if problem:
+            raise BandMismatchError(f"{what} was trained on {problem}: use a store ingested with the same bands")
+
+
+def _stat(stats: Any, name: str) -> list[float]:
+    value = stats[name] if isinstance(stats, Mapping) else getattr(stats, name)
+    return np.asarray(value, dtype=float).ravel().tolist()
+
+
+def load_checkpoint(path: str | Path) -> dict:
+    """Read a single-file checkpoint, or the metadata of a sharded one, as plain data (`weights_only`)."""
+    path = Path(path)
+    if path.is_dir():
+        if not (path / METADATA_FILE).is_file():
+            raise InputError(f"{str(path)!r} is a folder but not a sharded checkpoint (no {METADATA_FILE})")
+        return torch.load(path / METADATA_FILE, map_location="cpu", weights_only=True)
+    if not path.is_file():
+        raise InputNotFoundError(f"no checkpoint at {str(path)!r}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # not a torch file, truncated, or pickled objects
+        raise InputError(f"cannot read checkpoint {str(path)!r}: {str(err).splitlines()[0]}") from err
+
+
+def read_contract(path: str | Path) -> BandContract:
+    checkpoint = load_checkpoint(path)
+    if CONTRACT_KEY not in checkpoint:
+        raise InputError(f"checkpoint {str(path)!r} has no band contract: it was not written by eoscale")
+    return BandContract.from_dict(checkpoint[CONTRACT_KEY])
+
+
+MODEL_KEY = "eoscale_model"  # in a checkpoint: {"args": build_model's keywords, "finetune": ..., "lora": ...}
+# the task options that are the network's constructor arguments (the rest are training knobs)
+MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout")
+
+
+def model_args_from_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """`build_model`'s keywords from a segmentation task's hyperparameters (backbone options flattened)."""
+    args = {k: hparams.get(k) for k in MODEL_ARGS if hparams.get(k) is not None}
+    args.update(dict(hparams.get("backbone_kwargs") or {}))
+    return args
+
+
+def model_spec(checkpoint: Mapping[str, Any], path: str | Path) -> dict[str, Any]:
+    """`{"args", "finetune", "lora"}` of a checkpoint: its own record, or (older files) its hyperparameters."""
+    spec = checkpoint.get(MODEL_KEY)
+    if spec is None:
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        if "backbone" not in hparams:
+            raise InputError(f"checkpoint {str(path)!r} holds no segmentation model (no backbone or weights)")
+        spec = {"args": model_args_from_hparams(hparams), "finetune": hparams.get("finetune", "full"),
+                "lora": hparams.get("lora")}
+    for name in ("in_chans", "num_classes"):
+        if spec["args"].get(name) is None:
+            raise InputError(f"checkpoint {str(path)!r} does not say its model's {name}: it was not written by 'eoscale fit'")
+    return {"args": dict(spec["args"]), "finetune": spec.get("finetune") or "full", "lora": spec.get("lora")}
