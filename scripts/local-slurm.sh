@@ -19,6 +19,24 @@ export SLURM_CONF=$CONF
 log() { echo "local-slurm: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+# The state folder holds the pid files this script kills by and the configuration the root daemons read, in a
+# world-writable /tmp by default: another user who made it first could plant either. So it must be ours: created
+# here with mode 0711 (munged, which runs as the munge user, must traverse it to reach its socket; nobody else may
+# list or write it), not a symbolic link, owned by the user running this, and writable by nobody else.
+private_state_dir() {
+    if [[ ! -e $D && ! -L $D ]]; then
+        (umask 077; mkdir -p "$D")
+        chmod 0711 "$D"
+    fi
+    [[ -L $D ]] && die "$D is a symbolic link: refusing to use it as the cluster's state folder (remove it or set EOSCALE_SLURM_DIR)"
+    [[ -d $D ]] || die "$D is not a folder: remove it or set EOSCALE_SLURM_DIR to a private folder"
+    local owner mode
+    owner=$(stat -c %u "$D")
+    mode=$(stat -c %a "$D")
+    [[ $owner == "$(id -u)" ]] || die "$D belongs to uid $owner, not to you ($(id -u)): refusing to trust its pid files and configuration; remove it or set EOSCALE_SLURM_DIR"
+    (( (8#$mode & 8#022) == 0 )) || die "$D is writable by others (mode $mode): refusing to trust it; 'chmod 711 $D' or set EOSCALE_SLURM_DIR"
+}
+
 alive() {  # alive PIDFILE: the process named in the pid file runs
     [[ -s $1 ]] && kill -0 "$(cat "$1")" 2>/dev/null
 }
@@ -149,6 +167,9 @@ status() {
     return $rc
 }
 
+case ${1:-} in
+    start|stop|status) private_state_dir ;;
+esac
 case ${1:-} in
     start) start ;;
     stop) stop ;;

@@ -316,7 +316,10 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
         seconds=time.time() - min(d["started"] for d in described), km2=_scene_km2(scene), processes=parts,
         areas=areas, outputs={k: str(v) for k, v in asdict(outputs).items() if v is not None},
     )
-    (work / f"{scene.id}.result.json").write_text(json.dumps(asdict(result)))
+    # write-then-rename: a peer that waits for the file never reads it half-written
+    partial = work / f".{scene.id}.result.json.partial"
+    partial.write_text(json.dumps(asdict(result)))
+    os.replace(partial, work / f"{scene.id}.result.json")
 
 
 def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: SceneOutputs, pieces: list[Piece],

@@ -88,9 +88,21 @@ def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTab
             f"label raster(s) {', '.join(r.path for r in rasters)} hold no data over scene {scene.id!r}: "
             f"give a label raster that covers it"
         )
-    lut = classes.lookup_table(max_code=max(int(codes.max()), max(classes.codes)))
     labels = np.full(codes.shape, IGNORE_INDEX, dtype=np.uint8)
-    labels[have] = lut[codes[have]]
+    labels[have] = class_indices(codes[have], classes)
     unmapped_mask = have & (labels == IGNORE_INDEX)
     values, counts = np.unique(codes[unmapped_mask], return_counts=True)
     return labels, {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+
+
+def class_indices(codes: np.ndarray, classes: ClassTable) -> np.ndarray:
+    """The class index of every code (uint8), `IGNORE_INDEX` for codes not in the table, whatever their sign
+    or size: a sorted search, not a lookup table indexed by the code (a negative code wrapped around such a
+    table into a class, and one huge code made it gigabytes long)."""
+    table = np.asarray(classes.codes, dtype=np.int64)
+    order = np.argsort(table, kind="stable")
+    ranked = table[order]
+    position = np.clip(np.searchsorted(ranked, codes), 0, len(ranked) - 1)
+    found = ranked[position] == codes
+    return np.where(found, order[position], IGNORE_INDEX).astype(np.uint8)
+

@@ -38,18 +38,37 @@ HTTP_RETRIES = "2"  # MLflow's default retries with backoff for minutes before g
 HTTP_TIMEOUT = "20"
 
 
+LOCKED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries while SQLite says "database is locked"
+
+
+def is_transient(err: BaseException) -> bool:
+    """A SQLite store busy with another writer (another rank, a predict run beside a fit): worth a retry."""
+    text = f"{err} {err.__cause__ or ''} {err.__context__ or ''}".lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
 def _guarded(method):
-    """Run a logger method unless the tracking store has failed; on the first failure, warn and stop."""
+    """Run a logger method unless the tracking store has failed. A transient lock of a SQLite store is retried
+    with back-off (said once per logger); on any other failure, or a lock that outlasts the retries, warn once
+    and stop logging."""
 
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         if self._failed:
             return None
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as err:  # a dead server, a locked database, a full disk: none may kill training
-            self._fail(err)
-            return None
+        for pause in (*LOCKED_RETRIES, None):
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as err:  # a dead server, a locked database, a full disk: none may kill training
+                if pause is None or not is_transient(err):
+                    self._fail(err)
+                    return None
+                if not self._said_locked:
+                    self._said_locked = True
+                    warnings.warn(f"MLflow store {self._tracking_uri!r} is locked by another writer: retrying "
+                                  f"for up to {sum(LOCKED_RETRIES):.0f} s", RuntimeWarning, stacklevel=2)
+                time.sleep(pause)
+        return None
 
     return wrapper
 
@@ -110,6 +129,7 @@ class MLflowLogger(MLFlowLogger):
                 run_id=run_id,
             )
         self._failed = False
+        self._said_locked = False
         self._offline_id = f"offline-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self._resumed: dict[str, str] | None = None  # a resumed run's params as MLflow holds them
         self._changed: set[str] = set()  # and the ones this resumed part wanted to change

@@ -11,6 +11,7 @@ unpickles: consolidate only folders you trust.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from pathlib import Path
 
@@ -41,7 +42,14 @@ def consolidate(checkpoint_dir: str | Path, output: str | Path, *, overwrite: bo
     optimizers = sorted((k for k in tensors if k.startswith("optimizer_")), key=lambda k: int(k.split("_")[1]))
     checkpoint["optimizer_states"] = [_by_position(tensors[k]) for k in optimizers]
     output.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(checkpoint, output)
+    # written under a temporary name and renamed: a killed consolidate leaves no half-written checkpoint
+    partial = output.with_name(f".{output.name}.partial")
+    try:
+        torch.save(checkpoint, partial)
+        os.replace(partial, output)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return output
 
 

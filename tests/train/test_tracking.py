@@ -132,3 +132,38 @@ def test_resumed_run_keeps_params_and_names_changes(tmp_path: Path, monkeypatch)
         other = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path / 'other.db'}", root_dir=str(tmp_path), run_id=first.run_id)
         other.log_hyperparams({"lr": 0.2})
     assert other.run_id != first.run_id and not other.failed
+
+
+def test_a_transient_database_lock_is_retried_not_the_end_of_logging(tmp_path: Path, monkeypatch):
+    """Issue 13, fault 12: one 'database is locked' used to turn logging off for the rest of the run."""
+    import sqlite3
+
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    from eoscale.track import logger as module
+
+    monkeypatch.setattr(module, "LOCKED_RETRIES", (0.01, 0.01, 0.01))
+    logger = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", root_dir=str(tmp_path))
+    real, calls = MLFlowLogger.log_metrics, []
+
+    def locked_twice(self, metrics, step=None):
+        calls.append(step)
+        if len(calls) <= 2:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked") from sqlite3.OperationalError("locked")
+        return real(self, metrics, step)
+
+    monkeypatch.setattr(MLFlowLogger, "log_metrics", locked_twice)
+    with pytest.warns(RuntimeWarning, match="locked by another writer") as caught:
+        logger.log_metrics({"x": 1.0}, step=0)
+        logger.log_metrics({"x": 2.0}, step=1)
+    assert not logger.failed and len(calls) == 4
+    assert sum("locked" in str(w.message) for w in caught) == 1  # said once
+    history = MlflowClient(logger._tracking_uri).get_metric_history(logger.run_id, "x")
+    assert [m.value for m in history] == [1.0, 2.0]
+
+    # a lock that outlasts the retries ends logging with one warning, as any other failure does
+    monkeypatch.setattr(MLFlowLogger, "log_metrics", lambda self, m, step=None: (_ for _ in ()).throw(
+        RuntimeError("database is locked")))
+    with pytest.warns(RuntimeWarning, match="failed"):
+        logger.log_metrics({"x": 3.0}, step=2)
+    assert logger.failed
