@@ -317,9 +317,9 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
         areas=areas, outputs={k: str(v) for k, v in asdict(outputs).items() if v is not None},
     )
     # write-then-rename: a peer that waits for the file never reads it half-written
-    partial = work / f".{scene.id}.result.json.partial"
-    partial.write_text(json.dumps(asdict(result)))
-    os.replace(partial, work / f"{scene.id}.result.json")
+    staged = work / f".{scene.id}.result.json.partial"
+    staged.write_text(json.dumps(asdict(result)))
+    os.replace(staged, work / f"{scene.id}.result.json")
 
 
 def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: SceneOutputs, pieces: list[Piece],

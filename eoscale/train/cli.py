@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 from jsonargparse import Namespace
-from lightning import LightningDataModule
+from lightning import LightningDataModule, Trainer
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
@@ -37,6 +37,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
 from eoscale.train.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
+from eoscale.train.quiet import silence_known_noise
 from eoscale.train.task import BaseTask
 
 LOGGER = "eoscale.track.logger.MLflowLogger"
@@ -108,6 +109,7 @@ class EoscaleCLI(LightningCLI):
     def __init__(self, args: list[str] | None = None, *, run: bool = True, **kwargs: Any) -> None:
         # under `eoscale fit`, args are sys.argv[1:] as well (Lightning's launcher reruns sys.argv per rank)
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+        silence_known_noise()
         kwargs.setdefault("save_config_callback", SaveConfigToMLflow)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         super().__init__(
@@ -139,6 +141,23 @@ class EoscaleCLI(LightningCLI):
                 "trainer.accelerator": "auto",
             }
         )
+
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The Trainer, with eoscale's quieter model summary and progress bar unless the config turns them off or
+        names its own (`eoscale.train.quiet`)."""
+        from lightning.pytorch.callbacks import ModelSummary as AnySummary
+        from lightning.pytorch.callbacks import ProgressBar as AnyBar
+
+        from eoscale.train.quiet import ModelSummary, ProgressBar
+
+        config = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        trainer = config.get("trainer", {})
+        callbacks = list(kwargs.pop("callbacks", None) or trainer.get("callbacks") or [])
+        if trainer.get("enable_progress_bar") is not False and not any(isinstance(c, AnyBar) for c in callbacks):
+            callbacks.append(ProgressBar())
+        if trainer.get("enable_model_summary") is not False and not any(isinstance(c, AnySummary) for c in callbacks):
+            callbacks.append(ModelSummary())
+        return super().instantiate_trainer(callbacks=callbacks, **kwargs)
 
     def instantiate_classes(self) -> None:
         # the Trainer and strategies check their options only when built: a bad value there is the user's

@@ -1,0 +1,93 @@
+"""What a user sees while eoscale trains: eoscale's progress and warnings, not Lightning's advertisements.
+
+`silence_known_noise()` drops, by exact message, what Lightning and torch print on every run and which tells an
+eoscale user nothing or something wrong:
+
+- the litlogger "💡 Tip" (an advertisement), and MLflow's INFO lines about creating its database tables;
+- "The `srun` command is available on your system but is not used" (eoscale's Slurm templates use srun; a
+  run on a login node or a laptop is deliberate);
+- `isinstance(treespec, LeafSpec)` is deprecated (Lightning's own use of torch's pytree, not ours);
+- "Your `IterableDataset` has `__len__` defined": `TileStream`'s length is exact per rank and worker (every rank
+  yields the same number of batches by construction, `eoscale.data.partition`), which is why it has one.
+
+`ModelSummary` is Lightning's rich model summary without the FLOPs column and "Total FLOPs: 0" line, which
+Lightning prints for every model that sets no `example_input_array`; `ProgressBar` is its rich progress bar
+without "Epoch 6/-2" when a run is bounded by steps (it says the step and `max_steps` instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
+
+NOISE = (
+    r"The `srun` command is available on your system but is not used",
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"Your `IterableDataset` has `__len__` defined",
+)
+
+
+class _DropTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.getMessage())
+        return "litlogger" not in message and "already configured with model summary" not in message
+
+
+def silence_known_noise() -> None:
+    """Filter the messages listed in the module docstring for the rest of this process (idempotent)."""
+    for message in NOISE:
+        warnings.filterwarnings("ignore", message=message)
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        target = logging.getLogger(name)
+        if not any(isinstance(f, _DropTip) for f in target.filters):
+            target.addFilter(_DropTip())
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables"
+
+
+class ModelSummary(RichModelSummary):
+    """Lightning's rich model summary, FLOPs shown only where they were counted."""
+
+    @staticmethod
+    def summarize(summary_data: list[tuple[str, list[str]]], total_parameters: int, trainable_parameters: int,
+                  model_size: float, total_training_modes: dict[str, int], total_flops: int,
+                  **summarize_kwargs: Any) -> None:
+        if total_flops:
+            RichModelSummary.summarize(summary_data, total_parameters, trainable_parameters, model_size,
+                                       total_training_modes, total_flops, **summarize_kwargs)
+            return
+        from lightning.pytorch.utilities.model_summary.model_summary import (
+            get_formatted_model_size,
+            get_human_readable_count,
+        )
+        from rich.console import Console
+        from rich.table import Table
+
+        columns = [(name, values) for name, values in summary_data if name != "FLOPs"]
+        table = Table(header_style="bold magenta")
+        for name, _ in columns:
+            table.add_column(name, justify="right" if name.startswith("Params") else "left",
+                             style="dim" if name == " " else None)
+        for row in zip(*(values for _, values in columns), strict=True):
+            table.add_row(*row)
+        console = Console()
+        console.print(table)
+        console.print(f"Trainable params: {get_human_readable_count(int(trainable_parameters))}   "
+                      f"total: {get_human_readable_count(int(total_parameters))}   "
+                      f"size: {get_formatted_model_size(model_size)} MB   "
+                      f"modules in train / eval mode: {total_training_modes['train']} / {total_training_modes['eval']}")
+
+
+class ProgressBar(RichProgressBar):
+    """Lightning's rich progress bar; a run bounded by steps shows `step s/max_steps`, not `Epoch e/-2`."""
+
+    def _get_train_description(self, current_epoch: int) -> str:  # Lightning 2.6's hook for this text
+        trainer = self.trainer
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            return super()._get_train_description(current_epoch)
+        text = f"Epoch {current_epoch}"
+        if trainer.max_steps and trainer.max_steps > 0:
+            text += f" (to step {trainer.max_steps})"
+        return f"{text:{len(self.validation_description)}}"
