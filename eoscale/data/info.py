@@ -44,6 +44,9 @@ def describe(path: str) -> dict:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("store", metavar="STORE", help="a tile store written by 'eoscale ingest'")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--check", action="store_true",
+                        help="also read every shard whole, verifying its index checksum and every tile's codec "
+                             "(a damaged shard is named; exit 2)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,9 +61,15 @@ def run(args: argparse.Namespace) -> int:
         # 'info' answers "is it complete?" too, so say it plainly and fail like any reader would
         print(f"incomplete: {err}")
         return 2
+    if args.check:
+        from eoscale.data.store import check_shards
+
+        info["shards_checked"] = check_shards(args.store)
     if args.json:
         print(json.dumps(info, indent=2))
         return 0
+    if args.check:
+        print(f"checked: all {info['shards_checked']} shard files (images and labels) read whole and verified")
     console = Console()
     crs_names = ", ".join(sorted({f"EPSG:{s['epsg']}" for s in info["scenes"]}))
     console.print(

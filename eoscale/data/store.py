@@ -50,7 +50,45 @@ def read_store_attrs(path: str | os.PathLike) -> dict:
     missing += [a for a in (schema.IMAGES, schema.LABELS, *schema.TILE_COORDS) if a not in arrays]
     if missing:
         raise StoreError(f"tile store {str(path)!r} lacks {', '.join(missing)}: it is damaged; ingest the scenes again")
+    for name in (schema.IMAGES, schema.LABELS):
+        for key, file in shard_files(group[name], path / name):
+            if not file.is_file():
+                # zarr reads a missing shard as fill values (label 0, a real class): never train on that
+                raise StoreError(f"tile store {str(path)!r} is damaged: shard {name}/{key} is missing; "
+                                 f"ingest the scenes again (eoscale ingest … --overwrite)")
     return attrs
+
+
+def shard_files(array: zarr.Array, folder: Path) -> list[tuple[str, Path]]:
+    """(chunk key, file) of every shard of a sharded `array` stored under `folder`."""
+    import itertools
+    import math
+
+    shards = array.shards or array.chunks
+    grid = [range(math.ceil(n / s)) for n, s in zip(array.shape, shards, strict=True)]
+    keys = [array.metadata.encode_chunk_key(coords) for coords in itertools.product(*grid)]
+    return [(key, folder / key) for key in keys]
+
+
+def check_shards(path: str | os.PathLike) -> int:
+    """Read every shard of the store at `path` whole, through zarr, so each shard's index checksum (crc32c) and
+    every tile's codec are verified; a damaged one is a `StoreError` naming it. Returns the shards read."""
+    read_store_attrs(path)  # also: every shard file is there
+    group = zarr.open_group(path, mode="r")
+    checked = 0
+    for name in (schema.IMAGES, schema.LABELS):
+        array = group[name]
+        step = (array.shards or array.chunks)[0]
+        for start in range(0, array.shape[0], step):
+            try:
+                array[start : start + step]
+            except Exception as err:  # a truncated or overwritten shard: zarr, blosc or the checksum says so
+                key = array.metadata.encode_chunk_key((start // step,) + (0,) * (array.ndim - 1))
+                raise StoreError(f"tile store {str(path)!r} is damaged: shard {name}/{key} does not read "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); "
+                                 f"ingest the scenes again") from None
+            checked += 1
+    return checked
 
 
 def open_store(path: str | os.PathLike, *, chunks: str | dict | None = "shards") -> xr.Dataset:
