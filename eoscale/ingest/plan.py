@@ -4,20 +4,29 @@ Tiles are full windows of `tile_size` pixels every `stride` pixels from the scen
 remainder narrower than a tile at the right and bottom edges is left out). A window is kept when its valid
 fraction on the scene's reference band reaches `min_valid`.
 
-Splits are made of spatial blocks of `split_block`×`split_block` tile positions, so neighbouring tiles share
-a split and validation does not leak through overlap or spatial autocorrelation. Blocks are shuffled with
-`seed` and dealt to splits so that each split's share of tiles comes close to its fraction.
+Splits are made of spatial blocks of ground, `split_block` tiles wide, so neighbouring tiles share a split and
+validation does not leak through overlap or spatial autocorrelation. The blocks are cells of one map grid
+shared by every scene (`GROUND_CRS`, an equal-area projection of the whole Earth), so two acquisitions of the
+same place, on the same grid or in different CRSs, give the tiles over one piece of ground the same split: a
+multi-date stack never trains on the ground it validates on. A tile belongs to the cell of its centre. Blocks
+are shuffled with `seed` and dealt to splits so that each split's share of tiles comes close to its fraction.
 Tiles are then ordered by (split, scene, row, column): each split is one contiguous range of tiles, which
 readers stream shard by shard.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from affine import Affine
+from pyproj import CRS, Transformer
 
 from eoscale.schema import SPLITS
+
+GROUND_CRS = "EPSG:6933"  # WGS 84 / EASE-Grid 2.0 Global: equal-area metres, defined everywhere on Earth
+METRES_PER_DEGREE = 111_320.0  # the size of a pixel of a geographic CRS, at the equator, for the cell size only
 
 
 @dataclass(frozen=True)
@@ -78,24 +87,33 @@ def make_plan(
     fractions: tuple[float, float, float],
     split_block: int,
     seed: int,
+    grounds: Sequence[tuple[Affine, object]] | None = None,
 ) -> TilePlan:
-    """Plan the tiles of all scenes from each scene's window valid fractions (rows × columns of windows)."""
+    """Plan the tiles of all scenes from each scene's window valid fractions (rows × columns of windows).
+
+    `grounds` gives each scene's (transform, CRS), so that blocks are cells of the shared ground grid; without
+    it (scenes with no georeferencing known here) a block is `split_block`² window positions of its own scene.
+    """
     scene_ids, rows, cols, blocks = [], [], [], []
     dropped = 0
     block_key = 0
+    cell = None if grounds is None else _cell_size(grounds, tile_size, split_block)
     for scene, fractions_grid in enumerate(window_valid):
         keep = fractions_grid >= min_valid
         dropped += int((~keep).sum())
         r, c = np.nonzero(keep)
-        n_block_cols = -(-fractions_grid.shape[1] // split_block)
-        n_blocks = -(-fractions_grid.shape[0] // split_block) * n_block_cols
         scene_ids.append(np.full(len(r), scene, dtype=np.int32))
         rows.append((r * stride).astype(np.int32))
         cols.append((c * stride).astype(np.int32))
-        blocks.append(block_key + (r // split_block) * n_block_cols + c // split_block)
-        block_key += n_blocks
+        if grounds is None:
+            n_block_cols = -(-fractions_grid.shape[1] // split_block)
+            blocks.append(np.stack([np.full(len(r), scene), r // split_block * n_block_cols + c // split_block], 1))
+        else:
+            blocks.append(_ground_cells(grounds[scene], rows[-1], cols[-1], tile_size, cell))
+        block_key += 1
     scene_arr = np.concatenate(scene_ids)
-    row_arr, col_arr, block_arr = np.concatenate(rows), np.concatenate(cols), np.concatenate(blocks)
+    row_arr, col_arr = np.concatenate(rows), np.concatenate(cols)
+    block_arr = np.unique(np.concatenate(blocks), axis=0, return_inverse=True)[1].ravel()
     split_arr = _assign_splits(block_arr, fractions, seed)
     order = np.lexsort((col_arr, row_arr, scene_arr, split_arr))
     return TilePlan(
@@ -123,3 +141,23 @@ def _assign_splits(block: np.ndarray, fractions: tuple[float, float, float], see
         split_of_block[i] = min(int(np.searchsorted(bounds, mid, side="right")), len(fractions) - 1)
         seen += counts[i]
     return split_of_block[np.searchsorted(unique, block)]
+
+
+def _cell_size(grounds: Sequence[tuple[Affine, object]], tile_size: int, split_block: int) -> float:
+    """The side of a ground cell in metres: `split_block` tiles of the finest scene's pixels."""
+    sizes = []
+    for transform, crs in grounds:
+        pixel = float(np.hypot(transform.a, transform.d))
+        sizes.append(pixel * METRES_PER_DEGREE if CRS.from_user_input(crs).is_geographic else pixel)
+    return max(min(sizes) * tile_size * split_block, 1e-6)
+
+
+def _ground_cells(ground: tuple[Affine, object], row_off: np.ndarray, col_off: np.ndarray, tile_size: int,
+                  cell: float) -> np.ndarray:
+    """The (column, row) of the ground-grid cell under each tile's centre."""
+    transform, crs = ground
+    x, y = transform * (col_off + tile_size / 2, row_off + tile_size / 2)
+    to_ground = Transformer.from_crs(CRS.from_user_input(crs), CRS.from_user_input(GROUND_CRS), always_xy=True)
+    gx, gy = to_ground.transform(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+    return np.stack([np.floor(np.asarray(gx) / cell), np.floor(np.asarray(gy) / cell)], 1).astype(np.int64)
+

@@ -138,7 +138,8 @@ def ingest(
         window_valid = client.gather(scan_tasks)  # the label tasks go on meanwhile
         lap("scan")
         plan = make_plan(window_valid, tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
-                         min_valid=min_valid, fractions=split, split_block=split_block, seed=seed)
+                         min_valid=min_valid, fractions=split, split_block=split_block, seed=seed,
+                         grounds=[(scene.transform, scene.crs) for scene in scene_list])
         if len(plan) == 0:
             raise InputError(
                 f"no window of {tile_size}×{tile_size} px has a valid fraction of at least {min_valid}: "
