@@ -26,6 +26,7 @@ from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
 from eoscale.cluster import dask_client
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
+from eoscale.ingest.lock import one_writer
 from eoscale.ingest.plan import make_plan
 from eoscale.ingest.scan import scan_validity, warp_labels
 from eoscale.ingest.skeleton import CODECS, create_skeleton
@@ -62,6 +63,7 @@ class IngestSummary:
         return self.raw_bytes / 1e6 / max(self.seconds, 1e-9)
 
 
+@one_writer
 def ingest(
     scenes: list[str],
     output: str | os.PathLike,

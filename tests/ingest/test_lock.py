@@ -1,0 +1,20 @@
+"""Two ingests into one output: one writes, the other stops with one line (issue 13, fault 9)."""
+
+from __future__ import annotations
+
+from filelock import FileLock
+
+from eoscale.cli import main
+
+
+def test_a_second_ingest_into_a_busy_output_stops_at_once(rasters, tmp_path, capsys):
+    out = tmp_path / "tiles.zarr"
+    args = ["ingest", "--scenes", str(rasters / "scenes" / "*.tif"), "--labels", str(rasters / "labels" / "*.tif"),
+            "--classes", str(rasters / "classes.csv"), "--output", str(out), "--tile-size", "32", "--workers", "1"]
+    with FileLock(str(tmp_path / "tiles.zarr.lock"), timeout=0):  # as a running ingest holds it
+        assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "another 'eoscale ingest' is writing" in err[0], err
+    assert not out.exists() and not (tmp_path / "tiles.zarr.partial").exists()
+    assert main(args) == 0 and out.is_dir()  # once it is free, the same command runs
+    assert not (tmp_path / "tiles.zarr.lock").exists()
