@@ -31,7 +31,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Each scene is a multi-band file (bands named by their descriptions) or a directory with one file per "
         "band (20 m bands are resampled onto the 10 m grid). Label rasters may be in any CRS and resolution: they "
         "are reprojected onto each scene with nearest neighbour and their codes mapped through the class table. "
-        "Interrupted runs resume when rerun with the same arguments."
+        "Interrupted runs resume when rerun with the same arguments and unchanged inputs (path, size and "
+        "modification time of every file, or its content with --verify)."
     )
     parser.epilog = (
         "example: eoscale ingest --scenes 'data/synthetic/scenes/*.tif' --labels 'data/synthetic/labels/*.tif' "
@@ -70,6 +71,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     slurm.add_argument("--slurm-log-dir", default="logs", metavar="DIR",
                        help="folder of the worker jobs' output (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store (only once the new one is complete)")
+    parser.add_argument("--verify", action="store_true",
+                        help="resume only if the inputs' contents are unchanged (sha256 of every file; reads them once "
+                             "more). Without it a rerun resumes when the options and every input's path, size and "
+                             "modification time are the same: use --verify where a copy or the file system does not "
+                             "keep modification times")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
 
 
@@ -100,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             band_names=args.band_names, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
-            overwrite=args.overwrite, progress=not args.quiet,
+            overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
         )
     if summary.unmapped_label_codes:
         counts = ", ".join(f"code {c}: {n} px" for c, n in sorted(summary.unmapped_label_codes.items()))

@@ -84,6 +84,7 @@ def ingest(
     workers: int | None = None,
     scheduler: str | None = None,
     overwrite: bool = False,
+    verify: bool = False,
     progress: bool = True,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and `labels` into a tile store at `output`. See the module docstring."""
@@ -110,7 +111,7 @@ def ingest(
         "min_valid": min_valid, "split": list(split), "split_block": split_block, "seed": seed, "codec": codec,
         "level": level, "classes": class_table.to_records(),
     }
-    fingerprint = _fingerprint(parameters, scene_list, [r.path for r in label_rasters])
+    fingerprint = _fingerprint(parameters, scene_list, [r.path for r in label_rasters], verify=verify)
     work = output.with_name(output.name + ".partial")
     progress_dir, store = work / "progress", work / "store.zarr"
     _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
@@ -219,11 +220,18 @@ def _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block
         raise InputError(f"--split-block must be at least 1 tile, got {split_block}")
 
 
-def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str]) -> str:
+def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str], *, verify: bool = False) -> str:
+    """What a resumed ingest must share with the one it resumes: the parameters and every input file's path,
+    size and modification time, or with `verify` its content's sha256 instead of the time (for file systems
+    whose mtimes are not kept, e.g. after a copy; it reads every input once more)."""
     files = []
     for path in [p for s in scenes for p in s.paths] + label_paths:
         st = os.stat(path)
-        files.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+        if verify:
+            with open(path, "rb") as f:
+                files.append([os.path.abspath(path), st.st_size, hashlib.file_digest(f, "sha256").hexdigest()])
+        else:
+            files.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
     blob = json.dumps({"parameters": parameters, "files": files, "scenes": [s.id for s in scenes]}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 

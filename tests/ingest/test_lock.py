@@ -18,3 +18,24 @@ def test_a_second_ingest_into_a_busy_output_stops_at_once(rasters, tmp_path, cap
     assert not out.exists() and not (tmp_path / "tiles.zarr.partial").exists()
     assert main(args) == 0 and out.is_dir()  # once it is free, the same command runs
     assert not (tmp_path / "tiles.zarr.lock").exists()
+
+
+def test_verify_fingerprints_contents_not_times(rasters, tmp_path):
+    """Issue 13, item 15: a copy that loses mtimes resumes under --verify; changed content never does."""
+    import os
+    import shutil
+
+    from eoscale.ingest.run import _fingerprint
+    from eoscale.raster.sources import open_scenes
+
+    scene = tmp_path / "scene0.tif"
+    shutil.copy(rasters / "scenes" / "scene0.tif", scene)
+    scenes = open_scenes([str(scene)])
+    before = {v: _fingerprint({}, scenes, [], verify=v) for v in (False, True)}
+    os.utime(scene, (1, 1))  # as a copy without -p leaves it
+    assert _fingerprint({}, scenes, [], verify=False) != before[False]
+    assert _fingerprint({}, scenes, [], verify=True) == before[True]
+    data = bytearray(scene.read_bytes())
+    data[-1] ^= 1
+    scene.write_bytes(bytes(data))
+    assert _fingerprint({}, scenes, [], verify=True) != before[True]
