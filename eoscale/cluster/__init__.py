@@ -27,8 +27,9 @@ def default_workers() -> int:
 def dask_client(
     *, workers: int | None = None, scheduler: str | None = None, preload: tuple[str, ...] = ()
 ) -> Iterator[object]:
-    """A `distributed.Client`: connected to `scheduler` (an address such as tcp://host:8786) when given,
-    else to a fresh local cluster of `workers` processes (default: one per available core).
+    """A `distributed.Client`: connected to `scheduler` when given (an address such as tcp://host:8786, or a
+    running cluster object such as `slurm_cluster`'s, whose TLS credentials the client then uses), else to a
+    fresh local cluster of `workers` processes (default: one per available core).
 
     `preload` names modules each local worker imports while it starts, in parallel, instead of during its
     first task (the ingest task modules take about half a second to import).
@@ -37,7 +38,7 @@ def dask_client(
 
     if scheduler:
         try:
-            client = Client(scheduler, timeout="10s")
+            client = Client(scheduler, timeout="10s") if isinstance(scheduler, str) else Client(scheduler)
         except OSError as err:
             raise InputError(f"cannot reach the Dask scheduler at {scheduler!r} ({err}): is it running?") from None
         try:

@@ -3,8 +3,8 @@
     with slurm_cluster(8, profile="juwels-booster") as cluster:
         ingest(scenes, output, scheduler=cluster.scheduler_address)
 
-dask-jobqueue's `SLURMCluster` runs the scheduler in this process and submits one Slurm job per worker
-group; the workers connect back and tasks flow as soon as the first one joins (the others may wait in
+dask-jobqueue's `SLURMCluster` runs the scheduler in this process (TLS only, with a temporary certificate
+that the worker jobs get in their job scripts) and submits one Slurm job per worker group; the workers connect back and tasks flow as soon as the first one joins (the others may wait in
 the queue). A profile's `dask` section gives a worker job's partition, cores, processes, memory, wall
 time and network interface; its modules, preamble and environment become the job's prologue. Without a
 profile, dask-jobqueue's own configuration (`~/.config/dask/jobqueue.yaml`, `DASK_JOBQUEUE__SLURM__*`)
@@ -68,7 +68,12 @@ def slurm_cluster(
 
 
 def _options(profile: Profile | None, log_directory: str | os.PathLike | None) -> dict[str, Any]:
+    from distributed.security import Security
+
     kwargs: dict[str, Any] = {
+        # TLS with a certificate made for this run: the scheduler runs tasks for whoever connects, and on a shared
+        # cluster network anyone could; only this process and the worker jobs it submits hold the key
+        "security": Security.temporary(),
         "python": sys.executable,  # the venv's interpreter, by absolute path: no activation needed on the worker
         "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # no fixed port to collide on
         "log_directory": None if log_directory is None else str(log_directory),

@@ -81,7 +81,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def _scheduler(args: argparse.Namespace) -> Iterator[str | None]:
-    """The address of the scheduler to ingest on: --scheduler, a SLURMCluster's (--slurm-workers), or none."""
+    """The scheduler to ingest on: --scheduler's address, a SLURMCluster (--slurm-workers), or none."""
     if not args.slurm_workers:
         yield args.scheduler
         return
@@ -90,7 +90,7 @@ def _scheduler(args: argparse.Namespace) -> Iterator[str | None]:
     from eoscale.cluster.slurm import slurm_cluster
 
     with slurm_cluster(args.slurm_workers, profile=args.slurm_profile, log_directory=args.slurm_log_dir) as cluster:
-        yield cluster.scheduler_address
+        yield cluster  # the cluster, not its address: the client needs its TLS credentials
 
 
 def run(args: argparse.Namespace) -> int:

@@ -82,7 +82,7 @@ def ingest(
     codec: str = "blosc-zstd",
     level: int | None = None,
     workers: int | None = None,
-    scheduler: str | None = None,
+    scheduler: str | object | None = None,
     overwrite: bool = False,
     verify: bool = False,
     progress: bool = True,

@@ -78,6 +78,9 @@ def test_ingest_on_dask_workers_that_are_slurm_jobs_matches_a_local_ingest(local
     assert main(ingest_args(tiny_rasters, tmp_path / "slurm.zarr", "--slurm-workers", "2", "--slurm-profile", "local",
                             "--slurm-log-dir", str(tmp_path / "logs"))) == 0
     print(f"ingest on 2 Slurm worker jobs: {time.perf_counter() - started:.1f} s")
+    script = next((tmp_path / "logs").glob("*.err")).parent  # the workers connected over TLS (issue 13, item 13)
+    worker_logs = "".join(p.read_text() for p in script.glob("eoscale-dask-*.err"))
+    assert "tls://" in worker_logs and "tcp://" not in worker_logs, worker_logs[-2000:]
     logs = sorted((tmp_path / "logs").glob("eoscale-dask-*.err"))
     assert len(logs) == 2  # two worker jobs ran (processes=1, cores=1, 2GB each: the profile's dask section)
     local, slurm = tree(tmp_path / "local.zarr"), tree(tmp_path / "slurm.zarr")
