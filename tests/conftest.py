@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+from tests.processes import ROOT
+from tests.threads import single_thread
+
+SLURM_CONF = Path(os.environ.get("EOSCALE_SLURM_DIR", "/tmp/eoscale-slurm")) / "slurm" / "slurm.conf"
 
 
 @pytest.fixture
 def one_thread():
     """One torch thread for the test: runs compared value for value do the same reductions in the same order."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with single_thread():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -22,3 +29,71 @@ def kernel(tmp_path_factory) -> str:
     from tests.notebooks.runner import write_kernelspec
 
     return write_kernelspec(tmp_path_factory.mktemp("jupyter"))
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real `mlflow server` (SQLite backend, proxied artifacts) on 127.0.0.1, once per test session.
+
+    It takes 20–35 s to answer /health on these machines, so only tests marked slow should use it.
+    """
+    import socket
+    import time
+    import urllib.request
+
+    root = tmp_path_factory.mktemp("mlflow-server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mlflow = Path(sys.executable).with_name("mlflow")
+    proc = subprocess.Popen(
+        [str(mlflow), "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1", "--serve-artifacts", "--artifacts-destination", str(root / "artifacts")],
+        stdout=open(root / "server.log", "w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                if response.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"mlflow server did not start: {(root / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield uri
+    import signal
+
+    os.killpg(proc.pid, signal.SIGTERM)  # the server and its workers: the session this fixture started
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _slurm_answers() -> bool:
+    if shutil.which("sinfo") is None:
+        return False
+    done = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+    return done.returncode == 0 and any(s in done.stdout for s in ("idle", "mixed", "allocated"))
+
+
+@pytest.fixture(scope="session")
+def local_slurm() -> str:
+    """The local Slurm cluster (scripts/local-slurm.sh), started if `sinfo` does not answer; SLURM_CONF is set."""
+    if "SLURM_CONF" not in os.environ and SLURM_CONF.exists():
+        os.environ["SLURM_CONF"] = str(SLURM_CONF)
+    if not _slurm_answers():
+        if shutil.which("slurmctld") is None and os.geteuid() != 0:
+            pytest.skip("no Slurm here and not root: run 'bash scripts/local-slurm.sh start' as root")
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "local-slurm.sh"), "start"], capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, f"local-slurm.sh start failed:\n{done.stderr}"
+        line = done.stdout.strip().splitlines()[-1]
+        assert line.startswith("export SLURM_CONF="), done.stdout
+        os.environ["SLURM_CONF"] = line.removeprefix("export SLURM_CONF=")
+        assert _slurm_answers(), "the local Slurm cluster started but sinfo does not answer"
+    return os.environ["SLURM_CONF"]

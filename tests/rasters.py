@@ -2,7 +2,8 @@
 
 `write_scene` makes a 10-band uint16 Sentinel-2-like GeoTIFF in UTM 32N whose class regions are visible in
 the pixels; `write_labels` writes those regions' codes in EPSG:3035 at 20 m, as European land-cover
-products come; `write_band_directory` splits a scene into one file per band with the 20 m bands at 20 m.
+products come; `write_band_directory` splits a scene into one file per band with the 20 m bands at 20 m; `damaged_copy`
+breaks a scene's pixels but not its header; `read_map` reads a written map's band.
 """
 
 from __future__ import annotations
@@ -91,3 +92,17 @@ def write_band_directory(scene: Path, directory: Path) -> None:
                                width=data.shape[1], count=1, dtype="uint16", crs=src.crs, transform=transform,
                                nodata=0) as dst:
                 dst.write(data, 1)
+
+
+def damaged_copy(scene: Path, folder: Path) -> Path:
+    """`folder/damaged.tif`: `scene` with part of its pixel tiles overwritten (the header still reads)."""
+    data = bytearray(scene.read_bytes())
+    data[len(data) // 3 : len(data) // 2] = b"\x07" * (len(data) // 2 - len(data) // 3)
+    damaged = folder / "damaged.tif"
+    damaged.write_bytes(bytes(data))
+    return damaged
+
+
+def read_map(path: Path) -> np.ndarray:
+    with rasterio.open(path) as src:
+        return src.read(1)

@@ -18,11 +18,11 @@
    (`getrusage` maxrss, one process per fit) and the bytes of parameters + gradients + optimizer state,
    or `torch.cuda.max_memory_allocated` on a GPU.
 
-ViT-S/8 steps took about 1.7 s (batch 8, one thread) on these 2-core machines, too slow for 9 fits in
-25 minutes: the default `--model` is timm's ViT-Ti (`vit_tiny_patch16_224`, here with 8 px patches, 0.5 s).
-Each fit runs with one thread (`--threads`): on the shared, oversubscribed machine two OpenMP threads made a
-ViT-Ti/8 step 8× slower (17.7 s against 2.1 s, at a load of 10). LoRA's rank is 4 by default: r=4 on
-qkv/proj is 0.51% of ViT-S/8's backbone, r=8 (configs/lora_finetune.yaml) 1.03%.
+ViT-S/8 is too slow on 2 CPU cores for 9 fits in 25 minutes, so the default `--model` is timm's ViT-Ti
+(`vit_tiny_patch16_224`, here with 8 px patches; its step times are in benchmarks/adapters.json). Each fit runs
+with one thread (`--threads`): on a shared, oversubscribed machine two OpenMP threads made a step several times
+slower. LoRA's rank is 4 by default: the record's `lora_fraction_by_model` gives r=4 and r=8
+(configs/lora_finetune.yaml) on qkv/proj as a fraction of ViT-Ti/8's and ViT-S/8's backbones.
 Every fit runs as its own `python -m eoscale …` process with a `FitProbe` callback added on the command line.
 """
 

@@ -7,8 +7,8 @@ On one synthetic scene, in one run:
 - the whole command (`eoscale.infer.run.predict`: model loading, reading, blending, part files, COG with
   overviews, quick-look and area table; MLflow and the console summary left out) as a ratio against the
   baseline (goal ≥ 0.9: reading runs in threads a few strips ahead and writing the part files in another, so
-  both overlap the forward passes; the model's loading, the COG and the quick-look do not: on 2 CPU cores
-  they cost about 0.7–0.9 s, 0.03–0.06× the forward time of the default 4096² scene);
+  both overlap the forward passes; the model's loading, the COG and the quick-look do not, which is the
+  command's time less the window loop's in benchmarks/predict.json);
 - the window loop alone (read, forward, blend, finalise blocks; no files written);
 - the cost of each overlap (0, 0.25, 0.5): windows, time and km²/s, against overlap 0;
 - the feed: the window loop with an instant model (zero logits), with 1 reading thread and with the

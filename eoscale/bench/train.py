@@ -4,9 +4,9 @@
    in-memory tiles (goal ≥ 0.95×): what Lightning, the streaming loader and the tracking cost.
 2. DDP with 2 processes × 1 thread against 1 process × 1 thread (goal ≥ 1.8× samples/s), beside the same ratio
    for plain PyTorch DDP (no Lightning, loader or tracking): what the machine itself allows, since on a CPU the
-   gloo all-reduce of the gradients takes CPU time from the ranks (46 MB for ResNet-18 + FPN: ~40 ms a step
-   on 2 cores). The loops and fits run in turns `--repeats` times and the medians are compared: on a shared
-   machine a neighbour's load comes and goes within a minute, and one pair of runs can differ by ±20 %.
+   gloo all-reduce of the gradients takes CPU time from the ranks. The loops and fits run in turns `--repeats`
+   times and the medians are compared: on a shared machine a neighbour's load comes and goes within a minute,
+   and one pair of runs can differ a lot (`samples_per_s_each_repeat` in benchmarks/train.json).
 3. Per-rank memory of parameters + gradients + optimizer state under FSDP2 against DDP at W=2 (goal ≤ 0.6×).
 
 The fits run as `python -m eoscale fit` subprocesses with a `StepTimer` callback added on the command line;

@@ -10,9 +10,9 @@ the strip of the scene under each row of windows (mirrored at the scene's edges)
 did, and cut it into windows, a few strips ahead of the model, so reading overlaps the forward passes (and
 `handoff` lets the caller write finished blocks in another thread, so writing overlaps them too). One thread
 is enough beside a CPU model, which needs the cores itself. Beside a GPU the CPU side must keep up with the
-device: one thread reads ~1,400 windows/s (10 bands, 128 px, overlap 0.25, a deflate GeoTIFF; measured on a
-2-core EPYC VM, where two threads read ~2,600/s); a data-centre GPU runs a ResNet-18 at 128 px faster than
-that, so there it is up to 8 (`reading_threads`). Windows go through the model in batches cut from one strip
+device: one thread feeds about 800 windows/s of 10 bands at 128 px and two about 1,400 on a 2-core VM
+(benchmarks/predict.json, "feed"), while a data-centre GPU runs a ResNet-18 at 128 px faster than that, so there
+it is up to 8 (`reading_threads`). Windows go through the model in batches cut from one strip
 (`_batches`; strips narrower than a batch share batches); their probabilities are blended by
 `RowAccumulator` in grid order, and each block leaves as soon as it is final.
 
@@ -119,7 +119,7 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
     own = stop if ks.stop == cols.windows else ks.stop * stride
     invalid[:, start:own] = mask[:, : own - start]
     # windows are cut from the uint16 strip and normalised straight into one contiguous float32 array: one pass
-    # (measured on a 10×128×1024 strip: 3 ms, against 36 ms normalising first and copying windows after)
+    # instead of normalising first and copying the windows after, which takes several times as long
     cut = sliding_window_view(raw, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)
     out = windows[ks.start : ks.stop]
     np.subtract(cut, mean, out=out)

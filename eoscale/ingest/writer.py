@@ -66,15 +66,15 @@ def write_shard(
     labels[~valid] = IGNORE_INDEX
     valid_fraction = valid.reshape(n, -1).mean(axis=1).astype(np.float32)
     class_counts = np.stack([np.bincount(lab[lab != IGNORE_INDEX], minlength=num_classes)[:num_classes] for lab in labels])
-    # zarr's own encoding thread pool only competes with the other Dask workers for the same cores
-    # (measured: max_workers=1 wrote a 256-tile shard about 15% faster on 2 cores)
+    # zarr's own encoding thread pool only competes with the other Dask workers for the same cores, so one
+    # thread writes a shard faster (the shard phase is in benchmarks/ingest.json)
     with zarr.config.set({"threading.max_workers": 1}):
         group = zarr.open_group(store, mode="r+")
         group[schema.IMAGES][start : start + n] = images
         group[schema.LABELS][start : start + n] = labels
     marker = marker_path(Path(progress), shard)
     tmp = marker.with_name(marker.stem + ".tmp.npz")
-    # uncompressed: zlib on the 5 MB of histograms cost a quarter of the shard write
+    # uncompressed: zlib on the histograms (a few MB a shard) cost a large share of the shard write
     np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=band_histograms(images))
     os.replace(tmp, marker)
     return n

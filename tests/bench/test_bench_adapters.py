@@ -43,7 +43,7 @@ def test_command_line_options():
 
 
 def test_missing_backbone_file_is_one_line(tmp_path, capsys):
-    from tests.train.conftest import make_store
+    from tests.stores import make_store
 
     store = make_store(tmp_path / "s", size=64)
     code = main(["bench", "adapters", str(store), "--backbone", str(tmp_path / "none.safetensors")])
@@ -53,7 +53,7 @@ def test_missing_backbone_file_is_one_line(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bench_adapters_records_every_fit(tmp_path, capsys):
-    from tests.train.conftest import make_store
+    from tests.stores import make_store
 
     store = make_store(tmp_path / "store")
     code = main(["bench", "adapters", str(store), "--model", "vit_tiny_patch16_224", "--mae-steps", "3", "--mae-batch-size", "4",

@@ -10,7 +10,8 @@ from eoscale.cli import main
 from eoscale.contract import BandContract
 from eoscale.infer.model import load_model
 from eoscale.infer.run import PredictConfig, predict
-from tests.infer.conftest import make_checkpoint, read_map
+from tests.checkpoints import make_checkpoint
+from tests.rasters import read_map
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_checkpoint_of_a_lora_fit(tmp_path):
     """A checkpoint trained with `finetune: lora` holds LoRA layers: rebuilt as trained, then merged."""
     from eoscale.contract import CONTRACT_KEY
     from eoscale.train.task import SegmentationTask
-    from tests.infer.conftest import MEAN, STD, TABLE
+    from tests.checkpoints import MEAN, STD, TABLE
 
     task = SegmentationTask(backbone="test_vit", decoder_channels=8, in_chans=10, num_classes=4, img_size=32,
                             finetune="lora", lora={"r": 2, "name": "fit"})

@@ -9,7 +9,7 @@ import torch
 from eoscale.cli import main
 from eoscale.infer.model import load_model
 from eoscale.models.adapter_command import describe_adapters, merge
-from tests.infer.conftest import make_checkpoint
+from tests.checkpoints import make_checkpoint
 
 
 def _adapter(root, checkpoint, name: str, *, r: int = 2, backbone_kwargs: dict | None = None, mean_shift: float = 100.0):
@@ -101,7 +101,7 @@ def test_merged_checkpoint_predicts_as_the_unmerged_model(fit_root, tmp_path, on
 @pytest.mark.slow
 def test_predict_reads_the_merged_checkpoint_without_adapter(fit_root, scene, tmp_path):
     from eoscale.infer.run import PredictConfig, predict
-    from tests.infer.conftest import read_map
+    from tests.rasters import read_map
 
     root, checkpoint, _ = fit_root
     out = merge(checkpoint, "coast", tmp_path / "coast.ckpt")

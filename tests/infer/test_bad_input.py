@@ -9,8 +9,7 @@ import torch
 
 from eoscale.bands import SENTINEL2_NAMES
 from eoscale.cli import main
-from tests.infer.conftest import damaged_copy
-from tests.rasters import write_scene
+from tests.rasters import damaged_copy, write_scene
 
 
 def _fails(capsys, args: list[str], *expected: str) -> str:
@@ -39,7 +38,7 @@ def test_scene_bands_in_another_order_are_matched_by_name(checkpoint, scene, tmp
     import rasterio
 
     from eoscale.infer.run import PredictConfig, predict
-    from tests.infer.conftest import read_map
+    from tests.rasters import read_map
 
     shuffled = tmp_path / "shuffled.tif"
     with rasterio.open(scene) as src:

@@ -12,7 +12,7 @@ from eoscale.infer.predict import predict_blocks
 from eoscale.infer.windows import AxisGrid, WindowGrid, reflect
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import open_scene
-from tests.infer.conftest import MEAN, STD, TABLE
+from tests.checkpoints import MEAN, STD, TABLE
 
 
 @pytest.mark.parametrize("kind", ["cosine", "linear"])

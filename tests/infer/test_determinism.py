@@ -8,7 +8,6 @@ import pytest
 
 from eoscale.infer.run import PredictConfig, predict
 from tests.rasters import write_scene
-from tests.slurm.conftest import local_slurm  # noqa: F401 (the local Slurm cluster fixture)
 
 
 def _run(checkpoint: Path, inputs: list[Path], out: Path, **options) -> Path:
@@ -79,7 +78,7 @@ def test_torchrun_ranks_give_the_same_bytes(checkpoint, scene, tmp_path, trackin
     import subprocess
     import sys
 
-    from tests.infer.conftest import ROOT
+    from tests.processes import ROOT
 
     one = _run(checkpoint, [scene], tmp_path / "one")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
@@ -102,7 +101,7 @@ def test_srun_tasks_give_the_same_bytes(checkpoint, scene, tmp_path, tracking_ur
     import subprocess
     import sys
 
-    from tests.infer.conftest import ROOT
+    from tests.processes import ROOT
 
     one = _run(checkpoint, [scene], tmp_path / "one")
     done = subprocess.run(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infer.conftest import ROOT
+from tests.processes import ROOT
 from tests.rasters import write_scene
 
 MEASURE = r"""
@@ -71,7 +71,7 @@ def test_peak_memory_does_not_grow_with_the_width_in_column_tiles(checkpoint, tm
     tiles −2 to +12 MB (allocator noise), so the bound sits between the two."""
     from eoscale.infer.predict import bytes_per_column
     from eoscale.infer.windows import WindowGrid
-    from tests.infer.conftest import TABLE
+    from tests.checkpoints import TABLE
 
     warm, narrow, wide = tmp_path / "warm.tif", tmp_path / "narrow.tif", tmp_path / "wide.tif"
     write_scene(warm, height=100, width=400, seed=1)

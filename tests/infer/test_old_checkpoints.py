@@ -8,7 +8,8 @@ import torch
 from eoscale.contract import MODEL_KEY, model_args_from_hparams
 from eoscale.infer.model import load_model
 from eoscale.infer.run import PredictConfig, predict
-from tests.infer.conftest import make_checkpoint, read_map
+from tests.checkpoints import make_checkpoint
+from tests.rasters import read_map
 
 
 def _with_model_record(old, new):

@@ -16,8 +16,8 @@ from rio_cogeo.cogeo import cog_validate
 
 from eoscale.errors import OutputExistsError
 from eoscale.infer.run import PredictConfig, predict
-from tests.infer.conftest import TABLE, read_map
-from tests.rasters import write_band_directory
+from tests.checkpoints import TABLE
+from tests.rasters import read_map, write_band_directory
 
 
 @pytest.fixture(scope="module")

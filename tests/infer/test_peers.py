@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eoscale.infer.distributed import Heartbeat, PeerLostError, Peers, beat_path, wait_for
-from tests.infer.conftest import ROOT
+from tests.processes import ROOT
 
 
 def _beat(work: Path, rank: int, **note) -> None:

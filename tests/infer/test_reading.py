@@ -12,7 +12,8 @@ from eoscale.infer.predict import read_ahead, read_strip
 from eoscale.infer.windows import Span, WindowGrid
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import open_scene
-from tests.infer.conftest import MEAN, STD, damaged_copy
+from tests.checkpoints import MEAN, STD
+from tests.rasters import damaged_copy
 
 NORM = {"mean": np.float32(MEAN)[:, None, None], "scale": 1 / np.float32(STD)[:, None, None]}
 

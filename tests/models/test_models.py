@@ -25,12 +25,8 @@ BACKBONES = {
 
 
 @pytest.fixture(autouse=True)
-def _seeded():
-    torch.manual_seed(0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the test machine's cores are shared
-    yield
-    torch.set_num_threads(threads)
+def _seeded(one_thread):
+    torch.manual_seed(0)  # and one torch thread: the test machine's cores are shared
 
 
 def _tiles(batch: int = 2, size: int = TILE) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Every notebook under notebooks/ runs top to bottom on small inputs, and is stored without outputs.
 
-The inputs are built here: a tiny tile store by the real ingest (`tests.train.conftest.make_store`), a SQLite
-MLflow store with runs of known figures (`tests.track.conftest.log_known_runs`), and a small land-cover COG
+The inputs are built here: a tiny tile store by the real ingest (`tests.stores.make_store`), a SQLite
+MLflow store with runs of known figures (`tests.mlflow_runs.log_known_runs`), and a small land-cover COG
 with a confidence COG, tagged and coloured as `eoscale predict` writes them. The notebooks run in a kernel of
 this interpreter (a kernelspec written for the test), so a fresh CI machine needs nothing registered.
 """
@@ -27,7 +27,7 @@ def write_map(folder: Path) -> Path:
     from rio_cogeo.profiles import cog_profiles
 
     from eoscale.infer.outputs import MapEncoding, map_tags
-    from tests.infer.conftest import TABLE
+    from tests.checkpoints import TABLE
     from tests.rasters import class_map
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -57,8 +57,8 @@ def write_map(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, str]:
-    from tests.track.conftest import log_known_runs
-    from tests.train.conftest import make_store
+    from tests.mlflow_runs import log_known_runs
+    from tests.stores import make_store
 
     root = tmp_path_factory.mktemp("notebook-inputs")
     store = make_store(root / "store", size=96)
@@ -85,4 +85,24 @@ def test_notebooks_are_stored_without_outputs():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, inputs, kernel, tmp_path, monkeypatch):
     outputs = run_notebook(path, inputs, kernel, tmp_path, monkeypatch)
-    assert "ddp-4" in str(outputs) if path.stem.startswith("02") else True
+    text = "\n".join(_text(o) for o in outputs)
+    for expected in EXPECTED[path.stem]:
+        assert expected in text, f"{path.name}: {expected!r} not in its outputs"
+
+
+# what each notebook prints or shows of the inputs built above
+EXPECTED = {
+    # describe() of the 96 px two-scene store cut into 32 px tiles, and the class names of its balance table
+    "01_tile_store": ("tiles of 32 px", "2 scenes", "Tree cover", "Permanent water bodies"),
+    # the comparison table: the three known runs and the crashed one
+    "02_compare_runs": ("4 runs", "ddp-1", "ddp-2", "ddp-4", "crashed"),
+    # the map's header line (150 x 120 px in UTM 32N), its class table, and the confidence summary
+    "03_landcover_map": ("scene_000_landcover.tif: 150 x 120 px, EPSG:32632", "Tree cover", "mean confidence"),
+}
+
+
+def _text(output) -> str:
+    """A code cell output's text: a stream's, or a result's text/plain."""
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    return output.get("data", {}).get("text/plain", "")

@@ -12,8 +12,8 @@ from eoscale.cli import main
 from eoscale.slurm import render
 from eoscale.slurm.render import render_job
 from eoscale.slurm.submit import submit_job, wait
+from tests.processes import VENV
 from tests.rasters import CLASSES_CSV, write_labels, write_scene
-from tests.slurm.conftest import VENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from eoscale.errors import InputError
 from eoscale.slurm.pipeline import load_pipeline, local_commands, run_pipeline
 from eoscale.slurm.render import render_job
 from eoscale.slurm.submit import wait
-from tests.slurm.conftest import ROOT, VENV
+from tests.processes import ROOT, VENV
 
 PIPELINES = sorted((ROOT / "pipelines").glob("*.yaml"))
 

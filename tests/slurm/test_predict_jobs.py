@@ -9,9 +9,9 @@ import time
 import pytest
 
 from eoscale.cli import main
-from tests.infer.conftest import make_checkpoint
+from tests.checkpoints import make_checkpoint
+from tests.processes import VENV
 from tests.rasters import write_scene
-from tests.slurm.conftest import VENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ import pytest
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.slurm import load_profile, profile_names, render, template_names
 from eoscale.slurm.render import render_job
-from tests.slurm.conftest import VENV
+from tests.processes import VENV
 
 HOSTILE = ["$(touch PWNED)", "; touch PWNED", "`touch PWNED`", "a' ; touch PWNED ; '", '"; touch PWNED; "',
            "x && touch PWNED", "|| touch PWNED", "$((1+1))", "${HOME}", "*"]

@@ -12,8 +12,8 @@ import pytest
 from eoscale.cli import main
 from eoscale.slurm.render import render_job
 from eoscale.slurm.submit import job_state, submit_job, wait
+from tests.processes import ROOT, VENV
 from tests.rasters import CLASSES_CSV, write_labels, write_scene
-from tests.slurm.conftest import ROOT, VENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

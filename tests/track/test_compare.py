@@ -86,7 +86,7 @@ def test_cli_writes_table_files_and_a_comparison_run(sqlite_runs, tmp_path, caps
 
 def test_default_store_is_the_one_fit_writes(tmp_path, monkeypatch):
     """`--root-dir` (or the working directory) holds mlflow.db, as `eoscale fit` writes it."""
-    from tests.track.conftest import log_known_runs
+    from tests.mlflow_runs import log_known_runs
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     log_known_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -129,7 +129,7 @@ def test_against_a_tracking_server(mlflow_server, tmp_path):  # noqa: F811
     """Runs logged to a real `mlflow server` (e.g. from several Slurm jobs) compare the same way."""
     from mlflow.tracking import MlflowClient
 
-    from tests.track.conftest import log_known_runs
+    from tests.mlflow_runs import log_known_runs
 
     ids = log_known_runs(mlflow_server, experiment="scaling-server")
     out = tmp_path / "out"

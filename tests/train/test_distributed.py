@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eoscale.cli import main as eoscale_main
-from tests.train.conftest import run_cli
+from tests.processes import run_cli
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -16,12 +16,8 @@ SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 
 
 @pytest.fixture(autouse=True)
-def _small(monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the machine's 2 cores are shared
-    yield
-    torch.set_num_threads(threads)
+def _small(monkeypatch, one_thread):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # one torch thread: the machine's 2 cores are shared
 
 
 def _common(store: Path, root: Path) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from tests.train.conftest import ROOT, run_cli
+from tests.processes import ROOT, run_cli
 
 CONFIGS = ROOT / "configs"
 TINY = "{patch_size: 8, depth: 2, embed_dim: 64, num_heads: 2}"

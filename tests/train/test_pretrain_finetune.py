@@ -20,7 +20,7 @@ from safetensors import safe_open
 from eoscale.models import lora
 from eoscale.train.cli import EoscaleCLI
 from eoscale.train.mae import PRETRAIN_DEFAULTS
-from tests.train.conftest import ROOT
+from tests.processes import ROOT
 
 CONFIGS = ROOT / "configs"
 TINY = "{patch_size: 8, depth: 2, embed_dim: 64, num_heads: 2}"
