@@ -5,6 +5,9 @@
                         weights="ssl4eo_vits16_mae.pth", weights_transform=transform)
     print(transform.report.summary())
 
+Each named preset is a declared `Preset` record in `PRESETS` (bands, key prefix, temporal patch, timm model,
+patch size, mean/std, source): a file given with `source="<preset>"` is read in exactly that layout, and one
+that does not match raises an `InputError` naming the preset, what was expected and what was found.
 Three layouts are read (nothing downloads):
 
 - a timm-style ViT state dict, as SSL4EO-S12's ViT MAE weights come (`patch_embed.proj.weight` of shape
@@ -28,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,12 +51,57 @@ EXPORT_FORMAT = "eoscale-backbone/1"
 _EXTRA_WAVELENGTHS = {"B01": 442.7, "B09": 945.1, "B10": 1373.5}
 WAVELENGTHS: dict[str, float] = {b.name: b.wavelength_nm for b in SENTINEL2_L2A} | _EXTRA_WAVELENGTHS
 
-PRESETS: dict[str, tuple[str, ...]] = {
-    # SSL4EO-S12 (Wang et al. 2022): all 13 Sentinel-2 L1C bands, in band order
-    "ssl4eo-s12": ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12"),
-    # Prithvi (IBM/NASA): the six HLS bands blue, green, red, narrow NIR, SWIR 1, SWIR 2
-    "prithvi": ("B02", "B03", "B04", "B8A", "B11", "B12"),
+@dataclass(frozen=True)
+class Preset:
+    """A foundation-weight layout, declared: what the file holds and where, checked when it loads."""
+
+    name: str
+    bands: tuple[str, ...]  # the patch embedding's input channels, in order
+    key_prefix: str  # the encoder's keys start with this (after a `state_dict`/`model` container)
+    temporal_patch: bool  # patch embedding (D, C, T, p, p) rather than (D, C, p, p)
+    model: str  # timm architecture name
+    patch_size: int
+    mean: tuple[float, ...] | None  # per-band normalisation, where the source publishes it
+    std: tuple[float, ...] | None
+    source: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+PRESETS: dict[str, Preset] = {
+    p.name: p
+    for p in (
+        Preset(
+            name="ssl4eo-s12",
+            bands=("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12"),
+            key_prefix="",
+            temporal_patch=False,
+            model="vit_small_patch16_224",
+            patch_size=16,
+            mean=None,
+            std=None,
+            source="SSL4EO-S12 (Wang et al. 2022) ViT MAE: timm-keyed, all 13 Sentinel-2 L1C bands in band order",
+        ),
+        Preset(
+            name="prithvi",
+            bands=("B02", "B03", "B04", "B8A", "B11", "B12"),
+            key_prefix="model.encoder.",
+            temporal_patch=True,
+            model="vit_base_patch16_224",
+            patch_size=16,
+            mean=(775.2290211032589, 1080.992780391705, 1228.5855250417867,
+                  2497.2022620507532, 2204.2139147975554, 1610.8324823273745),
+            std=(1281.526139861424, 1270.0297974547493, 1399.4802505642526,
+                 1368.3446143747644, 1291.6764008585435, 1154.505683480695),
+            source="Prithvi (IBM/NASA) MAE checkpoint: encoder under 'model.encoder.', six HLS bands, "
+                   "temporal patch embedding",
+        ),
+    )
 }
+# Without a preset: the containers and key prefixes a plain, wrapped or eoscale-trained ViT's keys come under.
+CONTAINERS = ("state_dict", "model", "module")
+GENERIC_PREFIXES = ("model.encoder.", "encoder.", "backbone.net.", "model.backbone.", "backbone.", "module.")
 Fill = Literal["nearest", "mean"]
 
 
@@ -102,6 +150,7 @@ class FoundationWeights:
         self.path = Path(path)
         self.bands = [str(b) for b in bands]
         self.source = source
+        self.preset = get_preset(source) if isinstance(source, str) else None
         self.fill = fill
         self.metadata = read_export_metadata(self.path)
         self.report: BandMappingReport | None = None
@@ -109,7 +158,10 @@ class FoundationWeights:
     def __call__(self, state: dict[str, Tensor], backbone: Any) -> dict[str, Tensor]:
         if self.source is None and self.metadata is None and PATCH_KEY not in state:
             return state  # nothing says these are foundation weights (a CNN's, an eoscale model's): as they are
-        state, fmt, notes = encoder_state(state, path=self.path)
+        if self.preset is not None:
+            state, fmt, notes = preset_state(state, self.preset, path=self.path)
+        else:
+            state, fmt, notes = encoder_state(state, path=self.path)
         if self.metadata is not None:
             fmt = "eoscale export"
         source = source_bands(self.source, self.metadata, path=self.path)
@@ -142,11 +194,9 @@ def encoder_state(state: Mapping[str, Tensor], *, path: str | Path = "?") -> tup
     ViT patch embedding is found (not a format eoscale knows).
     """
     state = dict(state)
-    for wrapper in ("state_dict", "model", "module"):
-        if wrapper in state and isinstance(state[wrapper], Mapping):
-            state = dict(state[wrapper])
+    state = _unwrap(state)
     fmt = "timm ViT"
-    for prefix in ("model.encoder.", "encoder.", "backbone.net.", "model.backbone.", "backbone.", "module."):
+    for prefix in GENERIC_PREFIXES:
         if any(k.startswith(prefix + PATCH_KEY) for k in state):
             state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
             fmt = f"MAE encoder ({prefix!r} prefix)" if "encoder" in prefix else fmt
@@ -156,22 +206,72 @@ def encoder_state(state: Mapping[str, Tensor], *, path: str | Path = "?") -> tup
             f"weights {str(path)!r} are not a known format: no ViT patch embedding ({PATCH_KEY}) under any of "
             "'', 'encoder.', 'model.encoder.', 'backbone.'"
         )
+    patch = state[PATCH_KEY]
+    if patch.ndim not in (4, 5):
+        raise InputError(f"weights {str(path)!r}: {PATCH_KEY} has shape {tuple(patch.shape)}, expected 4 or 5 dims")
+    if patch.ndim == 5 and fmt.startswith("MAE"):
+        fmt = "Prithvi-style MAE encoder"
+    state, notes = _flatten_time(state)
+    return state, fmt, notes
+
+
+def preset_state(state: Mapping[str, Tensor], preset: Preset, *, path: str | Path = "?") -> tuple[dict[str, Tensor], str, list[str]]:
+    """The ViT encoder's tensors, timm-keyed, read from a file in `preset`'s declared layout.
+
+    Raises `InputError` naming the preset when the keys or the patch embedding's shape differ.
+    """
+    state = _unwrap(state)
+    key = preset.key_prefix + PATCH_KEY
+    where = f"weights {str(path)!r} do not match preset {preset.name!r}"
+    if key not in state:
+        found = [k for k in state if k.endswith(PATCH_KEY)] or sorted(state)[:3]
+        raise InputError(f"{where}: expected key {key!r}, found {', '.join(map(repr, found)) or 'no keys'}")
+    n = len(preset.key_prefix)
+    state = {k[n:]: v for k, v in state.items() if k.startswith(preset.key_prefix)}
+    patch = state[PATCH_KEY]
+    ndim = 5 if preset.temporal_patch else 4
+    expected = f"(D, {len(preset.bands)}, {'T, ' if preset.temporal_patch else ''}{preset.patch_size}, {preset.patch_size})"
+    if (patch.ndim != ndim or patch.shape[1] != len(preset.bands)
+            or tuple(patch.shape[-2:]) != (preset.patch_size, preset.patch_size)):
+        raise InputError(f"{where}: expected {PATCH_KEY} of shape {expected}, found {tuple(patch.shape)}")
+    fmt = f"{preset.name} preset"
+    if preset.temporal_patch:
+        fmt = "Prithvi-style MAE encoder" if preset.name == "prithvi" else fmt
+    state, notes = _flatten_time(state)
+    return state, fmt, notes
+
+
+def get_preset(name: str) -> Preset:
+    """The declared preset `name`; an `InputError` listing the known ones otherwise."""
+    key = name.strip().lower()
+    if key not in PRESETS:
+        raise InputError(f"weights bands preset {name!r} is not one of {', '.join(PRESETS)}; or give a list of band names")
+    return PRESETS[key]
+
+
+def _unwrap(state: Mapping[str, Any]) -> dict[str, Any]:
+    state = dict(state)
+    for wrapper in CONTAINERS:
+        if wrapper in state and isinstance(state[wrapper], Mapping):
+            state = dict(state[wrapper])
+    return state
+
+
+def _flatten_time(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
+    """A temporal patch embedding averaged into one 2-D filter (and its position embedding over time)."""
     notes: list[str] = []
     patch = state[PATCH_KEY]
     if patch.ndim == 5:  # (D, C, T, p, p): a temporal patch embedding (Prithvi); one frame in, so average
         frames = patch.shape[2]
         state[PATCH_KEY] = patch.mean(dim=2)
         notes.append(f"temporal patch embedding averaged over {frames} frame(s)")
-        fmt = "Prithvi-style MAE encoder" if fmt.startswith("MAE") else fmt
         pos = state.get("pos_embed")
         if pos is not None and frames > 1 and (pos.shape[1] - 1) % frames == 0:
             cls, grid = pos[:, :1], pos[:, 1:]
             grid = grid.reshape(pos.shape[0], frames, -1, pos.shape[-1]).mean(dim=1)
             state["pos_embed"] = torch.cat([cls, grid], dim=1)
             notes.append("position embedding averaged over time")
-    elif patch.ndim != 4:
-        raise InputError(f"weights {str(path)!r}: {PATCH_KEY} has shape {tuple(patch.shape)}, expected 4 or 5 dims")
-    return state, fmt, notes
+    return state, notes
 
 
 def map_bands(
@@ -210,10 +310,7 @@ def source_bands(
 ) -> list[str] | None:
     """The file's band names: a preset's, the ones given, or those in an eoscale export's metadata."""
     if isinstance(source, str):
-        key = source.strip().lower()
-        if key not in PRESETS:
-            raise InputError(f"weights bands preset {source!r} is not one of {', '.join(PRESETS)}; or give a list of band names")
-        return list(PRESETS[key])
+        return list(get_preset(source).bands)
     if source is not None:
         return [str(b) for b in source]
     if metadata is not None:
@@ -267,7 +364,7 @@ def _guess_source(state: Mapping[str, Tensor], target: list[str], *, path: Path)
     channels = state[PATCH_KEY].shape[1]
     if channels == len(target):
         return list(target)
-    presets = [name for name, bands in PRESETS.items() if len(bands) == channels]
+    presets = [name for name, p in PRESETS.items() if len(p.bands) == channels]
     hint = f" (perhaps {' or '.join(map(repr, presets))})" if presets else ""
     raise InputError(
         f"weights {str(path)!r} have {channels} input bands and no band names: give weights_bands as a list of "

@@ -36,7 +36,7 @@ def test_ssl4eo_timm_layout_reorders_drops_and_resamples(tmp_path):
     wanted = ["B8A", "B04", "B03", "B02"]
     net, report = load(path, wanted, "ssl4eo-s12")
     w, src = net.patch_embed.proj.weight, source.patch_embed.proj.weight
-    order = [PRESETS["ssl4eo-s12"].index(b) for b in wanted]
+    order = [PRESETS["ssl4eo-s12"].bands.index(b) for b in wanted]
     assert torch.equal(w, src[:, order])
     assert report.copied == wanted and not report.filled and "B10" in report.dropped
     assert net.pos_embed.shape == (1, 1 + 4, 64)  # 4x4 -> 2x2 patches, resampled
@@ -86,8 +86,53 @@ def test_unusable_files_are_one_line_errors(tmp_path):
     with pytest.raises(InputError, match="ssl4eo-s12"):  # 13 bands without names: suggest the preset
         load(tmp_path / "ssl.pth", STORE)
     torch.save({"conv1.weight": torch.zeros(8, 3, 7, 7)}, tmp_path / "cnn.pth")
-    with pytest.raises(InputError, match="not a known format"):
+    with pytest.raises(InputError, match="not a known format"):  # band names given, no preset: generic layouts
+        load(tmp_path / "cnn.pth", STORE, STORE)
+    with pytest.raises(InputError, match="preset 'prithvi'.*expected key 'model.encoder.patch_embed"):
         load(tmp_path / "cnn.pth", STORE, "prithvi")
-    with pytest.raises(InputError, match="preset"):
-        FoundationWeights(tmp_path / "ssl.pth", bands=STORE, source="landsat")(torch.load(tmp_path / "ssl.pth"), None)
-    assert json.dumps(PRESETS)  # presets are plain data
+    with pytest.raises(InputError, match="not one of ssl4eo-s12, prithvi"):
+        FoundationWeights(tmp_path / "ssl.pth", bands=STORE, source="landsat")
+    assert json.dumps({k: p.as_dict() for k, p in PRESETS.items()})  # presets are plain data
+
+
+def _preset_file(preset, tmp_path, *, channels=None, patch=None, prefix=None):
+    """A synthetic state dict in `preset`'s declared layout (optionally with one thing wrong)."""
+    src = vit(channels or len(preset.bands), 32)
+    prefix = preset.key_prefix if prefix is None else prefix
+    state = {prefix + k: v for k, v in src.state_dict().items()}
+    if preset.temporal_patch:
+        state[prefix + "patch_embed.proj.weight"] = src.patch_embed.proj.weight.detach().unsqueeze(2)  # T=1
+    if patch is not None:
+        state[prefix + "patch_embed.proj.weight"] = patch
+    path = tmp_path / f"{preset.name}.pt"
+    torch.save({"state_dict": state}, path)
+    return path, src
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_each_preset_loads_its_declared_layout(tmp_path, name):
+    preset = PRESETS[name]
+    assert preset.patch_size == 16 and preset.bands and preset.model.startswith("vit_")
+    assert preset.mean is None or len(preset.mean) == len(preset.bands) == len(preset.std)
+    path, src = _preset_file(preset, tmp_path)
+    bands = list(preset.bands[:3])
+    net, report = load(path, bands, name)
+    assert report.copied == bands and not report.filled
+    assert torch.equal(net.patch_embed.proj.weight, src.patch_embed.proj.weight[:, :3])
+    assert torch.equal(net.blocks[1].attn.qkv.weight, src.blocks[1].attn.qkv.weight)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_wrong_file_for_a_preset_names_it(tmp_path, name):
+    preset = PRESETS[name]
+    path, _ = _preset_file(preset, tmp_path, channels=len(preset.bands) + 1)
+    with pytest.raises(InputError, match=f"preset {name!r}: expected patch_embed.proj.weight of shape") as err:
+        load(path, list(preset.bands), name)
+    assert "\n" not in str(err.value) and f"{len(preset.bands) + 1}" in str(err.value)
+    path, _ = _preset_file(preset, tmp_path, prefix="weird.")
+    with pytest.raises(InputError, match=f"preset {name!r}: expected key"):
+        load(path, list(preset.bands), name)
+    dims = (64, len(preset.bands), 1, 8, 8) if preset.temporal_patch else (64, len(preset.bands), 8, 8)
+    path, _ = _preset_file(preset, tmp_path, patch=torch.zeros(dims))
+    with pytest.raises(InputError, match=f"preset {name!r}.*found \\(64, {len(preset.bands)}"):
+        load(path, list(preset.bands), name)
