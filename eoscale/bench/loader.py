@@ -78,10 +78,13 @@ def bench_loader(
     import eoscale.data.datamodule  # noqa: F401  (imported before any CPU time is counted: torch, Lightning)
 
     results: dict[str, dict | None] = {}
-    for key, normalise in (("loader", True), ("loader_compact", False)):
+    # the two switches over private internals (TileDataModule's Args), each against "loader_compact"
+    for key, normalise, options in (("loader", True, {}), ("loader_compact", False, {}),
+                                    ("shared_memory_off", False, {"shared_memory": False}),
+                                    ("direct_decode_off", False, {"direct_decode": False})):
         with _cpu_seconds() as cpu:
             results[key] = _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed,
-                                   normalise=normalise)
+                                   normalise=normalise, **options)
             # LightningDataModule.save_hyperparameters keeps its caller's frames, and so the loaders, in a
             # reference cycle: collect them now, so that their workers stop (and count) here, not in the forked
             # baseline processes
@@ -126,7 +129,8 @@ def bench_loader(
     return report
 
 
-def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: int, normalise: bool = True) -> dict:
+def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: int, normalise: bool = True,
+            **options) -> dict:
     """`TileDataModule`'s training loader; with `normalise`, each batch is moved to the accelerator (pinned,
     when there is one) and normalised there, as `on_after_batch_transfer` does in training."""
     import torch
@@ -135,7 +139,7 @@ def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: 
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dm = TileDataModule(store, batch_size=batch_size, num_workers=workers, seed=seed,
-                        pin_memory=normalise and device.type == "cuda")
+                        pin_memory=normalise and device.type == "cuda", **options)
     dm.setup("fit")
     loader = dm.train_dataloader()
     threads = torch.get_num_threads()
@@ -192,13 +196,14 @@ def _decode_worker(store: str, split: tuple[int, int], share: int, shares: int, 
     if not (images.direct and labels.direct):
         return None  # not the layout eoscale ingest writes: no codec to call directly
     chunks, cached = [], (None, None, None)
-    per_shard = images._direct.shard_tiles
+    per_shard = images.shard_tiles
     for tile in range(split[0] + share, split[1], shares):
         if len(chunks) >= _MAX_DECODE_TILES:
             break
         shard, j = divmod(tile, per_shard)
         if cached[0] != shard:
-            cached = (shard, images._direct.chunks(shard), labels._direct.chunks(shard))
+            first, last = shard * per_shard, min((shard + 1) * per_shard, images.array.shape[0])
+            cached = (shard, images.chunks(first, last), labels.chunks(first, last))
         image, label = cached[1], cached[2]
         if image and label and image[j] is not None and label[j] is not None:
             chunks.append((bytes(image[j]), bytes(label[j])))
@@ -207,8 +212,8 @@ def _decode_worker(store: str, split: tuple[int, int], share: int, shares: int, 
     tiles, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
         for image, label in chunks:
-            images._direct.decode(image, image_out)
-            labels._direct.decode(label, label_out)
+            images.decode(image, image_out)
+            labels.decode(label, label_out)
         tiles += len(chunks)
     return tiles, time.perf_counter() - started
 
@@ -348,7 +353,9 @@ def _print_table(report: dict) -> None:
         table.add_column(col, justify="right" if col != "method" else "left")
     used = report["ratio_loader"]
     rows = [(f"loader (normalised on {report['loader']['device']})", "loader", None),
-            ("loader, compact batches", "loader_compact", None), ("decode-only limit", "decode_only", "decode_only"),
+            ("loader, compact batches", "loader_compact", None),
+            ("  compact, shared_memory=False", "shared_memory_off", None),
+            ("  compact, direct_decode=False", "direct_decode_off", None), ("decode-only limit", "decode_only", "decode_only"),
             ("random tiles (zarr)", "random_zarr", "random_zarr"),
             ("TorchGeo RandomGeoSampler", "torchgeo", "source_windows" if report["torchgeo"] else None),
             ("rasterio windows", "rasterio_windows", None if report["torchgeo"] else "source_windows")]

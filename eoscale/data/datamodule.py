@@ -52,7 +52,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler, _MultiProcessi
 from eoscale import schema
 from eoscale.classes import ClassTable
 from eoscale.data.augment import dihedral
-from eoscale.data.handover import _WIRE, Handover, forget
+from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
 from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.stream import TileStream
@@ -72,6 +72,17 @@ class TileDataModule(LightningDataModule):
     (default: when CUDA is available) pins the compact batches, so that their copy to the GPU can overlap the
     step. A batch size larger than a rank's share of the training split is refused in `setup`; evaluation
     splits accept it (one short batch per rank).
+
+    Args (the two switches over private internals; outputs, tile order and batch contents, are the same either
+    way, tests/data/test_datamodule.py):
+        shared_memory: with workers, hand batches over through `eoscale.data.handover` (reused shared-memory
+            buffers, hooked into torch's private DataLoader internals, checked with the torch versions in
+            `handover.TORCH_CHECKED`; outside them it is off, with one warning). False: plain DataLoader
+            batches, no private hooks installed. It pays, so it stays: compare the "shared_memory_off" row with
+            "loader_compact" in benchmarks/loader.json (`eoscale bench loader`; 2-core CPU machine so far).
+        direct_decode: decode each shard's file directly (`eoscale.data.stream.ShardReader`, bypassing zarr's
+            codec pipeline). False: the same whole-shard reads through zarr's public API. It pays, so it stays: compare the
+            "direct_decode_off" row with "loader_compact" in benchmarks/loader.json.
     """
 
     def __init__(
@@ -88,6 +99,8 @@ class TileDataModule(LightningDataModule):
         shuffle_shards: int = 4,
         pin_memory: bool | None = None,
         train_fraction: float = 1.0,
+        shared_memory: bool = True,
+        direct_decode: bool = True,
     ) -> None:
         super().__init__()
         if batch_size < 1:
@@ -111,6 +124,8 @@ class TileDataModule(LightningDataModule):
         self.seed = seed
         self.shuffle_shards = shuffle_shards
         self.train_fraction = float(train_fraction)
+        self.shared_memory = bool(shared_memory)
+        self.direct_decode = bool(direct_decode)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
@@ -286,7 +301,7 @@ class TileDataModule(LightningDataModule):
             batch_size=self.batch_size, nodata=int(self.attrs[schema.ATTR_NODATA]), ignore_index=self.ignore_index,
             bands=None if self.bands is None else self.band_indices, labels=self.labels, shuffle=train,
             augment=train and self.augment, seed=self.seed, shuffle_shards=self.shuffle_shards, rank=rank,
-            world_size=world_size,
+            world_size=world_size, direct_decode=self.direct_decode,
         )
         if train and stream.tiles_per_rank < self.batch_size:
             subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""
@@ -300,7 +315,8 @@ class TileDataModule(LightningDataModule):
     def _loader(self, split: str) -> TileLoader:
         if split not in self._streams:
             raise RuntimeError(f"no {split!r} stream: call setup() with the stage that uses it first")
-        return TileLoader(self._streams[split], num_workers=self.num_workers, pin_memory=self.pin_memory)
+        return TileLoader(self._streams[split], num_workers=self.num_workers, pin_memory=self.pin_memory,
+                          shared_memory=self.shared_memory)
 
 
 class _EpochSampler(_InfiniteConstantSampler):
@@ -324,11 +340,12 @@ class TileLoader(DataLoader):
     come through a `Handover`: buffers the workers fill again once the main process no longer uses them.
     """
 
-    def __init__(self, dataset: TileStream, **kwargs) -> None:
+    def __init__(self, dataset: TileStream, *, shared_memory: bool = True, **kwargs) -> None:
         kwargs.update(batch_size=None, sampler=None, batch_sampler=None)
         kwargs.setdefault("persistent_workers", kwargs.get("num_workers", 0) > 0)
         workers = kwargs.get("num_workers", 0)
-        self.handover = Handover(workers) if workers > 0 else None
+        self.shared_memory = shared_memory  # `shared_memory=False`: no Handover, none of its private hooks
+        self.handover = Handover(workers) if workers > 0 and shared_memory and hooks_allowed() else None
         if self.handover is not None:
             user_init = kwargs.get("worker_init_fn")
             if isinstance(user_init, functools.partial) and user_init.func is _start_worker:

@@ -10,11 +10,49 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import warnings
 
 import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import get_worker_info
+
+TORCH_CHECKED = (">=2.14", "<2.15")
+"""The torch versions whose private DataLoader internals (`_get_iterator`, `_try_get_data`, `_next_data`,
+`_shutdown_workers`, `UntypedStorage._new_shared`) the handover hooks were checked against. On any other
+torch, `TileLoader` falls back to plain DataLoader batches (`shared_memory=False`) with one warning; to widen
+the range, re-check those internals and run tests/data/test_handover.py."""
+
+_WARNED: list[str] = []
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+def torch_checked(version: str | None = None) -> bool:
+    """Whether `version` (default: the installed torch) is within `TORCH_CHECKED`."""
+    have = _version_tuple(torch.__version__ if version is None else version)
+    ok = True
+    for bound in TORCH_CHECKED:
+        op, limit = re.match(r"(>=|<)(.*)", bound).groups()
+        limit = _version_tuple(limit)
+        ok &= have >= limit if op == ">=" else have[: len(limit)] < limit
+    return ok
+
+
+def hooks_allowed() -> bool:
+    """`torch_checked()`, warning once when not: the handover's private hooks are then not installed."""
+    if torch_checked():
+        return True
+    if not _WARNED:
+        _WARNED.append(torch.__version__)
+        warnings.warn(
+            f"torch {torch.__version__} is outside {' '.join(TORCH_CHECKED)}, the range eoscale's shared-memory "
+            f"handover was checked against: using plain DataLoader batches (shared_memory=False)", stacklevel=3)
+    return False
+
 
 _WIRE = "_eoscale_packed"  # the key of a packed batch between a worker and TileLoader
 

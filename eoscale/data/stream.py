@@ -50,17 +50,23 @@ class ShardReader:
     """Reads whole tiles (along the first axis) of one sharded Zarr v3 array: `chunks` gives a run's tiles as
     stored (encoded, on the direct path), `decode` writes one of them into an array of the tile's shape."""
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    def __init__(self, path: str | os.PathLike, *, direct: bool = True) -> None:
+        """`direct=False` reads whole runs through zarr's public API even where the direct path applies."""
         self.array = zarr.open_array(str(path), mode="r")
         self.tile_shape = tuple(self.array.shape[1:])
         self.dtype = self.array.dtype
-        self._direct = _direct_layout(self.array)
+        self._direct = _direct_layout(self.array) if direct else None
         self._shard: tuple[int, list | None] = (-1, None)  # the last shard's chunks, for its next run
 
     @property
     def direct(self) -> bool:
         """Whether reads bypass zarr's codec pipeline (see the module docstring)."""
         return self._direct is not None
+
+    @property
+    def shard_tiles(self) -> int:
+        """Tiles per shard along the first axis."""
+        return int(self.array.shards[0]) if self.array.shards else int(self.array.chunks[0])
 
     def chunks(self, start: int, stop: int) -> list:
         """Tiles `[start, stop)` of one shard, as stored: on the direct path, each tile's encoded chunk (a
@@ -206,6 +212,7 @@ class TileStream(IterableDataset):
         shuffle_shards: int = 4,
         rank: int = 0,
         world_size: int = 1,
+        direct_decode: bool = True,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
@@ -225,6 +232,7 @@ class TileStream(IterableDataset):
         self.shuffle_shards = shuffle_shards
         self.rank = rank
         self.world_size = world_size
+        self.direct_decode = direct_decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self.pad = not shuffle  # training drops at most W-1 tiles, evaluation repeats at most W-1 (partition.py)
         self._readers: tuple | None = None  # (pid, images, labels, complete) of the process that opened them
@@ -275,10 +283,11 @@ class TileStream(IterableDataset):
         # opened lazily in each process (a forked worker must not reuse its parent's handles)
         if self._readers is None or self._readers[0] != os.getpid():
             root = Path(self.store)
-            labels = ShardReader(root / schema.LABELS) if self.labels else None
+            direct = getattr(self, "direct_decode", True)
+            labels = ShardReader(root / schema.LABELS, direct=direct) if self.labels else None
             # tiles without a single nodata pixel (in any band) need no nodata mask: most of them
             complete = zarr.open_array(str(root / schema.VALID_FRACTION), mode="r")[:] >= 1.0
-            self._readers = (os.getpid(), ShardReader(root / schema.IMAGES), labels, complete)
+            self._readers = (os.getpid(), ShardReader(root / schema.IMAGES, direct=direct), labels, complete)
         return self._readers[1:]
 
     def _drain(self, buffer: _Buffer, rng: np.random.Generator, *, final: bool) -> Iterator[dict[str, torch.Tensor]]:

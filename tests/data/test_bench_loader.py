@@ -11,7 +11,8 @@ from eoscale.bench.loader import _gdal_cache_dropper, _libgdal, bench_loader, co
 
 def test_bench_loader_returns_every_figure(store):
     report = bench_loader(store, workers=1, batch_size=8, seconds=0.3, torchgeo=False, show=False)
-    for key in ("loader", "loader_compact", "decode_only", "random_zarr", "rasterio_windows"):
+    for key in ("loader", "loader_compact", "shared_memory_off", "direct_decode_off", "decode_only", "random_zarr",
+                "rasterio_windows"):
         assert report[key]["tiles_per_s"] > 0 and report[key]["mb_per_s"] > 0 and report[key]["processes"] == 1
     assert report["torchgeo"] is None and report["source_windows"] == "rasterio_windows"
     assert set(report["ratios"]) == set(report["goals"]) == {"decode_only", "random_zarr", "source_windows"}

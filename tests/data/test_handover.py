@@ -97,3 +97,32 @@ def test_the_main_process_maps_each_buffer_once_and_unmaps_it_when_the_workers_s
     assert len({token for token, _ in new}) == 2  # one name per worker
     assert all(len(ptrs) == 1 for ptrs in new.values())  # each buffer mapped once, then named
     assert set(handover._MAPPED) == before  # the epoch's workers stopped: nothing of theirs stays mapped
+
+
+def test_torch_is_within_the_range_the_hooks_were_checked_against():
+    assert handover.torch_checked(), (
+        f"torch {torch.__version__} is outside handover.TORCH_CHECKED {handover.TORCH_CHECKED}: re-check the private "
+        "DataLoader internals the handover hooks (_get_iterator, _try_get_data, _next_data, _shutdown_workers, "
+        "UntypedStorage._new_shared), run tests/data/test_handover.py, then widen TORCH_CHECKED"
+    )
+    assert handover.torch_checked("2.14.1+cu130") and not handover.torch_checked("2.15.0")
+    assert not handover.torch_checked("2.13.9")
+
+
+@pytest.mark.parametrize("switch", ["shared_memory", "direct_decode"])
+def test_each_switch_leaves_tile_order_and_batches_unchanged(store, switch):
+    def batches(**options):
+        dm = TileDataModule(store, batch_size=4, num_workers=1, seed=3, **options)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
+        if not options.get(switch, True):
+            if switch == "shared_memory":
+                assert loader.handover is None  # no private hooks: the DataLoader's own iterator
+            else:
+                assert not loader.dataset._open()[0].direct  # whole shards through zarr
+        return [{k: v.clone() for k, v in b.items()} for b in loader]
+
+    on, off = batches(), batches(**{switch: False})
+    assert [b["tile"].tolist() for b in on] == [b["tile"].tolist() for b in off]
+    for a, b in zip(on, off, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
