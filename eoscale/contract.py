@@ -101,8 +101,8 @@ def load_checkpoint(path: str | Path) -> dict:
     if path.is_dir():
         if not (path / METADATA_FILE).is_file():
             raise InputError(f"{str(path)!r} is a folder but not a sharded checkpoint (no {METADATA_FILE})")
-        return torch.load(path / METADATA_FILE, map_location="cpu", weights_only=True)
-    if not path.is_file():
+        path = path / METADATA_FILE
+    elif not path.is_file():
         raise InputNotFoundError(f"no checkpoint at {str(path)!r}")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -1,13 +1,18 @@
-"""One writer per tile store: two `eoscale ingest` runs into the same output do not interleave.
+"""One writer per tile store, and only over what is its own.
 
-The first takes `<output>.lock` (an OS file lock, released by the kernel if the process dies); a second run
-into the same output stops at once with one line instead of racing it through the same `.partial` folder.
+Two `eoscale ingest` runs into the same output do not interleave: the first takes `<output>.lock` (an OS file
+lock, released by the kernel if the process dies); a second run into the same output stops at once with one
+line instead of racing it through the same `.partial` folder.
+
+`--overwrite` replaces only what is recognisably an eoscale tile store (a Zarr group whose attributes carry
+eoscale's schema version, finished or not); anything else at the output path is refused, untouched.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +20,7 @@ from typing import TypeVar
 
 from filelock import FileLock, Timeout
 
+from eoscale import schema
 from eoscale.errors import OutputExistsError
 
 F = TypeVar("F", bound=Callable)
@@ -22,6 +28,25 @@ F = TypeVar("F", bound=Callable)
 
 class StoreBusyError(OutputExistsError):
     """Another process is writing this tile store."""
+
+
+def is_tile_store(path: Path) -> bool:
+    """Whether `path` is an eoscale tile store (complete or not), read from its Zarr metadata alone."""
+    try:
+        meta = json.loads((path / "zarr.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and schema.ATTR_SCHEMA in (meta.get("attributes") or {})
+
+
+def check_replaceable(output: Path) -> None:
+    """Refuse, with one line, to replace anything at `output` that is not an eoscale tile store."""
+    if (output.exists() or output.is_symlink()) and (output.is_symlink() or not output.is_dir()
+                                                     or not is_tile_store(output)):
+        raise OutputExistsError(
+            f"{str(output)!r} exists and is not an eoscale tile store: eoscale replaces only its own stores, even "
+            f"with --overwrite; choose another --output or move it away yourself"
+        )
 
 
 def one_writer(function: F) -> F:

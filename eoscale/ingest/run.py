@@ -26,7 +26,7 @@ from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
 from eoscale.cluster import dask_client
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
-from eoscale.ingest.lock import one_writer
+from eoscale.ingest.lock import check_replaceable, is_tile_store, one_writer
 from eoscale.ingest.plan import make_plan
 from eoscale.ingest.scan import scan_validity, warp_labels
 from eoscale.ingest.skeleton import CODECS, create_skeleton
@@ -96,6 +96,7 @@ def ingest(
     output = Path(output)
     if output.exists() and not overwrite:
         raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
+    check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
     scene_list = open_scenes(scenes, bands=bands, band_names=band_names)
     label_rasters = describe_label_rasters(expand_paths(labels, what="label raster")) if labels else []
@@ -239,6 +240,10 @@ def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str], 
 def _prepare_work_dir(work: Path, progress: Path, fingerprint: str, *, overwrite: bool) -> None:
     stamp = progress / "fingerprint"
     if work.exists():
+        foreign = set(os.listdir(work)) - {"progress", "store.zarr"}
+        if foreign or (work.joinpath("store.zarr").exists() and not is_tile_store(work / "store.zarr")):
+            raise OutputExistsError(f"{str(work)!r} holds files eoscale ingest did not make ({', '.join(sorted(foreign))[:80] or 'store.zarr'}): "
+                                    f"move it away and rerun")
         if stamp.exists() and stamp.read_text() == fingerprint:
             return  # resume
         if not overwrite and stamp.exists():

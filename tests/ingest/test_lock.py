@@ -39,3 +39,28 @@ def test_verify_fingerprints_contents_not_times(rasters, tmp_path):
     data[-1] ^= 1
     scene.write_bytes(bytes(data))
     assert _fingerprint({}, scenes, [], verify=True) != before[True]
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_overwrite_replaces_only_an_eoscale_store(rasters, tmp_path, capsys):
+    """Issue 13, fault 2: `--output precious --overwrite` deleted a folder of the user's."""
+    import shutil
+
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("field notes\n")
+    shutil.copy(rasters / "scenes" / "scene0.tif", precious / "scene0.tif")
+    before = _tree(precious)
+    args = ["ingest", "--scenes", str(rasters / "scenes" / "*.tif"), "--labels", str(rasters / "labels" / "*.tif"),
+            "--classes", str(rasters / "classes.csv"), "--tile-size", "32", "--workers", "1", "--overwrite"]
+    assert main([*args, "--output", str(precious)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not an eoscale tile store" in err[0] and "precious" in err[0], err
+    assert _tree(precious) == before and not (tmp_path / "precious.partial").exists()
+    # an earlier store of eoscale's is replaced as before
+    store = tmp_path / "tiles.zarr"
+    assert main([*args, "--output", str(store)]) == 0
+    assert main([*args, "--output", str(store), "--seed", "3"]) == 0 and (store / "zarr.json").exists()
