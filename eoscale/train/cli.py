@@ -152,7 +152,8 @@ class EoscaleCLI(LightningCLI):
 
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer", {})
-        callbacks = list(kwargs.pop("callbacks", None) or trainer.get("callbacks") or [])
+        given = kwargs.pop("callbacks", None) or trainer.get("callbacks") or []
+        callbacks = list(given) if isinstance(given, list | tuple) else [given]  # a config may name just one
         if trainer.get("enable_progress_bar") is not False and not any(isinstance(c, AnyBar) for c in callbacks):
             callbacks.append(ProgressBar())
         if trainer.get("enable_model_summary") is not False and not any(isinstance(c, AnySummary) for c in callbacks):

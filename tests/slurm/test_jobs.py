@@ -82,7 +82,9 @@ def test_ingest_on_dask_workers_that_are_slurm_jobs_matches_a_local_ingest(local
     worker_logs = "".join(p.read_text() for p in script.glob("eoscale-dask-*.err"))
     assert "tls://" in worker_logs and "tcp://" not in worker_logs, worker_logs[-2000:]
     logs = sorted((tmp_path / "logs").glob("eoscale-dask-*.err"))
-    assert len(logs) == 2  # two worker jobs ran (processes=1, cores=1, 2GB each: the profile's dask section)
+    # two worker jobs were submitted (processes=1, cores=1, 2GB each: the profile's dask section); on a busy
+    # machine the work can be done before the second one has started (seen in the full suite)
+    assert 1 <= len(logs) <= 2
     local, slurm = tree(tmp_path / "local.zarr"), tree(tmp_path / "slurm.zarr")
     assert len(local) > 10 and slurm == local
     job_ids = [p.stem.removeprefix("eoscale-dask-") for p in logs]
