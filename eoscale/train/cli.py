@@ -8,7 +8,8 @@ Several GPUs of one machine (Lightning starts one process per device)::
 
     eoscale fit --config configs/resnet18_seg.yaml --config configs/strategy/ddp.yaml --trainer.devices 4
 
-Several nodes under Slurm (one task per GPU; Lightning's SLURMEnvironment reads the ranks from srun)::
+Several nodes under Slurm (one task per GPU; Lightning's SLURMEnvironment reads the ranks from srun;
+`eoscale.train.requeue` checkpoints and requeues on the time-limit signal)::
 
     srun --ntasks-per-node 4 --gpus-per-node 4 eoscale fit --config configs/vit_s16_seg.yaml \\
         --config configs/strategy/fsdp.yaml --trainer.num_nodes 2 --trainer.devices 4
@@ -38,6 +39,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from eoscale.errors import InputError, UserError
 from eoscale.train.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
 from eoscale.train.quiet import silence_known_noise
+from eoscale.train.requeue import SlurmRequeue, hpc_checkpoints
 from eoscale.train.task import BaseTask
 
 LOGGER = "eoscale.track.logger.MLflowLogger"
@@ -158,6 +160,8 @@ class EoscaleCLI(LightningCLI):
             callbacks.append(ProgressBar())
         if trainer.get("enable_model_summary") is not False and not any(isinstance(c, AnySummary) for c in callbacks):
             callbacks.append(ModelSummary())
+        if SLURMEnvironment.detect() and not any(isinstance(c, SlurmRequeue) for c in callbacks):
+            callbacks.append(SlurmRequeue())
         return super().instantiate_trainer(callbacks=callbacks, **kwargs)
 
     def instantiate_classes(self) -> None:
@@ -194,9 +198,8 @@ def _resume_checkpoint(ckpt_path: str | None, root: Path, dirpath: str | None) -
     if ckpt_path is None and not SLURMEnvironment.detect():
         return None
     if ckpt_path in (None, "hpc"):
-        numbered = [(int(p.stem.removeprefix("hpc_ckpt_")), p) for p in root.glob("hpc_ckpt_*.ckpt")
-                    if p.stem.removeprefix("hpc_ckpt_").isdigit()]
-        return max(numbered)[1] if numbered else None
+        numbered = hpc_checkpoints(root)
+        return numbered[-1][1] if numbered else None
     if ckpt_path == "last":
         found = list(Path(dirpath).glob("last*.ckpt")) if dirpath else list(root.glob("*/*/checkpoints/last*.ckpt"))
         return max(found, key=lambda p: p.stat().st_mtime) if found else None

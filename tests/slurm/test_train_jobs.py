@@ -1,5 +1,6 @@
 """The fit template on the local Slurm cluster: two gloo DDP ranks as two srun tasks, and Lightning's
-auto-requeue: SIGUSR1 → hpc checkpoint → `scontrol requeue` → the requeued job resumes from it."""
+auto-requeue as eoscale does it (`eoscale.train.requeue`): SIGUSR1 → every rank saves the hpc checkpoint at one
+step → `scontrol requeue` → the requeued job resumes from it."""
 
 from __future__ import annotations
 
@@ -79,7 +80,9 @@ def test_sigusr1_checkpoints_requeues_and_resumes(local_slurm, store, tmp_path):
     log = log_file.read_text()  # --open-mode=append: both runs of the job
     assert state == "COMPLETED", log[-3000:]
     print(f"fit job, SIGUSR1, requeue, resume: {time.perf_counter() - started:.0f} s")
-    assert "Handling auto-requeue signal" in log and "Requeued SLURM job" in log
+    assert "Slurm's time-limit signal (SIGUSR1): every rank saves" in log
+    assert f"eoscale: requeued Slurm job {job_id}; it resumes from hpc_ckpt_1.ckpt" in log
+    assert "Handling auto-requeue signal" not in log  # Lightning's handler, which saves inside the signal, never ran
     assert f"eoscale: job {job_id} (restart 1)" in log
     assert f"Restored all states from the checkpoint at {tmp_path}/hpc_ckpt_1.ckpt" in log
     assert "`Trainer.fit` stopped: `max_steps=40` reached." in log
