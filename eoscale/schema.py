@@ -54,6 +54,7 @@ ATTR_NODATA = "nodata"
 ATTR_IGNORE_INDEX = "ignore_index"
 ATTR_CLASSES = "classes"  # list of {index, code, name, color}
 ATTR_STATISTICS = "statistics"  # {stat: [value per band]} over valid pixels
+ATTR_MASKED = "masked_pixels"  # per scene {scene, validity, pixels, by_mask, by_nodata}: its tiles' pixels without data
 ATTR_SPLITS = "splits"  # {split: [start, stop]}
 ATTR_TILE_SIZE = "tile_size"
 ATTR_STRIDE = "stride"

@@ -100,7 +100,7 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
     scale = 1.0 / np.asarray(contract.std, dtype=np.float32)[:, None, None]
     with SceneReader(source) as reader:
         windows = [s.windows[k].clone() for j in range(grid.rows.count)
-                   for s in [read_strip(reader, grid, j, mean=mean, scale=scale, nodata=source.nodata)]
+                   for s in [read_strip(reader, grid, j, mean=mean, scale=scale)]
                    for k in range(grid.cols.count)]
     on = model.device
     default_readers = reading_threads(on)
@@ -118,7 +118,7 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
 
     def loop_only(network: torch.nn.Module = model.network, readers: int = default_readers) -> float:
         started = time.perf_counter()
-        for _ in predict_blocks(network, source, grid, contract=contract, nodata=source.nodata,
+        for _ in predict_blocks(network, source, grid, contract=contract,
                                 batch_size=batch_size, readers=readers):
             pass  # the blocks are final here; the command hands them to its part-writer thread
         if on.type == "cuda":

@@ -22,7 +22,8 @@ Where the hooks run (Lightning's rules):
 
 The LightningModule's batches are `{"image": float32 (B, C, T, T), "label": int64 (B, T, T), "tile": int64 (B,)}`
 ("label" only with `labels=True`). Images are normalised with the store's per-band mean and std (of the chosen
-bands); a pixel where any chosen band is nodata reads 0 in every band and `ignore_index` in the label. Training
+bands); a pixel without data (the store's nodata in every band) reads 0 in every band and `ignore_index` in the
+label. Training
 tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label: the
 workers draw it (a "turn" per tile, from the seed, epoch, rank and worker), `normalise` applies it on the device
 (`eoscale.data.augment`). The dataloaders themselves yield the compact batches that the workers made (uint16
@@ -249,7 +250,7 @@ class TileDataModule(LightningDataModule):
     # --- the device side of the batch contract ----------------------------------------------------------
     def normalise(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The loader's compact batch as models take it, on the batch's device: uint16 images become float32
-        normalised with the store's statistics of the chosen bands (0 wherever any chosen band is nodata),
+        normalised with the store's statistics of the chosen bands (0 wherever a pixel has no data),
         uint8 labels become int64 (`ignore_index` stays); a training batch's "turn" (one of the 8 symmetries
         per tile, drawn in the workers) turns image and label alike (`eoscale.data.augment`), and is dropped.
         Anything already converted is left as it is, so calling it twice is harmless. Lightning calls it through
@@ -266,9 +267,9 @@ class TileDataModule(LightningDataModule):
             mean, scale = self._normalisation(image.device)
             nodata = float(self.attrs[schema.ATTR_NODATA])
             x = image.to(torch.float32)  # before any comparison: CUDA has few kernels for uint16
-            # a pixel is kept when no band is nodata; with nodata 0, the usual, that is "the smallest band is
-            # not 0", a min over bands (8× faster on CPU than any(x == 0) over bands here)
-            keep = x.amin(dim=1, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).any(dim=1, keepdim=True)
+            # a pixel without data holds the store's nodata in every band (`eoscale.ingest.writer`); with nodata 0,
+            # the usual, that is "the largest band is 0", a max over bands (8× faster on CPU than all(x == 0))
+            keep = x.amax(dim=1, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=1, keepdim=True)
             # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0)
             out["image"] = x.sub_(mean).mul_(scale).mul_(keep)
         label = out.get("label")

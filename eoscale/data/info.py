@@ -36,6 +36,7 @@ def describe(path: str) -> dict:
         "splits": per_split,
         "scenes": [{"id": s["id"], "epsg": s["epsg"], "size": [s["width"], s["height"]]} for s in attrs[schema.ATTR_SCENES]],
         "unmapped_label_codes": attrs.get(schema.ATTR_UNMAPPED, {}),
+        "masked_pixels": attrs.get(schema.ATTR_MASKED, []),  # stores before eoscale recorded it have none
         "bytes_on_disk": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
         "shard_files": sum(1 for f in images.rglob("*") if f.is_file() and f.name != "zarr.json"),
     }
@@ -97,6 +98,16 @@ def run(args: argparse.Namespace) -> int:
         classes.add_row(str(c["index"]), str(c["code"]), f"[{c['color']}]■[/] {c['name']}",
                         *(f"{n} ({100 * n / t:.1f}%)" for n, t in zip(counts, totals, strict=True)))
     console.print(classes)
+    if info["masked_pixels"]:
+        masked = Table(title="pixels without data in the tiles (labels ignored there), per scene and why")
+        for col, justify in (("scene", "left"), ("no data where", "left"), ("tile pixels", "right"),
+                             ("masked by mask/alpha", "right"), ("masked by nodata", "right")):
+            masked.add_column(col, justify=justify)
+        for m in info["masked_pixels"]:
+            total = max(1, m["pixels"])
+            masked.add_row(m["scene"], m["validity"], str(m["pixels"]),
+                           *(f"{m[k]} ({100 * m[k] / total:.1f}%)" for k in ("by_mask", "by_nodata")))
+        console.print(masked)
     if info["unmapped_label_codes"]:
         console.print(f"label codes not in the class table (ignored): {info['unmapped_label_codes']}")
     return 0

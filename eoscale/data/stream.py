@@ -5,7 +5,7 @@ except at the split's and the workers' edges), keeps them as stored (each tile's
 the mapped shard file: about half the bytes of decoded tiles) in a shuffle buffer of several shards for
 training, draws each batch's tiles from it in a random order and decodes each straight into its place in the
 batch. Batches are compact, as stored: `{"image": uint16 (B, C, T, T) (the chosen bands), "label": uint8
-(B, T, T) (`ignore_index` wherever a chosen band is nodata), "tile": int64 (B,)}`, and, for augmented
+(B, T, T) (`ignore_index` wherever a pixel has no data), "tile": int64 (B,)}`, and, for augmented
 training, "turn": uint8 (B,), one of the 8 symmetries of a square per tile, drawn from `rng(seed, epoch,
 rank, worker)`. Converting them to what models take (float32 normalised images, int64 labels) and turning
 them is `TileDataModule.normalise`, on the accelerator after the transfer. Batching happens here, not in the
@@ -333,8 +333,8 @@ class TileStream(IterableDataset):
             decode = labels.decode
             for i, k in enumerate(order):
                 decode(buffer.labels[k], y[i])
-            for i in np.flatnonzero(~complete[tile]).tolist():  # a pixel with any band missing
-                missing = x[i].min(axis=0) == 0 if self.nodata == 0 else (x[i] == self.nodata).any(axis=0)
+            for i in np.flatnonzero(~complete[tile]).tolist():  # a pixel without data: every band at nodata
+                missing = x[i].max(axis=0) == 0 if self.nodata == 0 else (x[i] == self.nodata).all(axis=0)
                 y[i][missing] = self.ignore_index
         if turn is not None:
             turn[:] = rng.integers(0, 8, n, dtype=np.uint8)

@@ -2,7 +2,7 @@
 
     grid = WindowGrid.make(scene.height, scene.width, window=256, overlap=0.25)
     for tile in grid.column_tiles(COLUMN_TILE):
-        for block in predict_blocks(network, scene, grid, contract=contract, nodata=scene.nodata, cols=tile):
+        for block in predict_blocks(network, scene, grid, contract=contract, cols=tile):
             ...  # block.probs: (classes, rows, columns), block.valid: (rows, columns) from block.col on
 
 Reading threads (`readers`, each with its own `SceneReader` and its own run of each strip's windows) read
@@ -64,7 +64,7 @@ class Block:
     index: int
     row: int
     probs: Tensor  # (classes, rows, columns) float32 on the model's device; sums to 1 over classes
-    valid: np.ndarray  # (rows, columns) True where no band is nodata
+    valid: np.ndarray  # (rows, columns) True where the scene holds data (`SceneReader.read_masked`)
     col: int = 0
 
 
@@ -78,12 +78,12 @@ class Strip:
 
 
 def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndarray, scale: np.ndarray,
-               nodata: float, cols: Span | None = None, pin: bool = False) -> Strip:
+               cols: Span | None = None, pin: bool = False) -> Strip:
     """Window row `row`'s strip under window columns `cols` (default: all), normalised like the training
     tiles: `(x - mean) / std`, nodata as 0; its windows in page-locked memory if `pin` (needs CUDA)."""
     cols = cols or Span.of(grid.cols)
     windows, invalid = empty_strip(grid, cols, bands=len(mean), pin=pin)
-    read_windows(reader, grid, row, range(cols.windows), cols=cols, mean=mean, scale=scale, nodata=nodata,
+    read_windows(reader, grid, row, range(cols.windows), cols=cols, mean=mean, scale=scale,
                  windows=windows.numpy(), invalid=invalid)
     return Strip(row, windows, ~invalid)
 
@@ -95,7 +95,7 @@ def empty_strip(grid: WindowGrid, cols: Span, *, bands: int, pin: bool = False) 
 
 
 def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, cols: Span, mean: np.ndarray,
-                 scale: np.ndarray, nodata: float, windows: np.ndarray, invalid: np.ndarray) -> None:
+                 scale: np.ndarray, windows: np.ndarray, invalid: np.ndarray) -> None:
     """Windows `ks` (counted from `cols.first`) of window row `row`, normalised, into `windows[ks]`, and the
     nodata mask of the pixels they cover into `invalid` (the strip's, over the span's padded columns), up to
     where window `ks.stop` starts."""
@@ -106,14 +106,12 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
     xs = grid.cols.positions(cols.origin + start, cols.origin + stop)
     top, bottom = int(ys.min()), int(ys.max()) + 1
     left, right = int(xs.min()), int(xs.max()) + 1
-    raw = reader.read(top, left, bottom - top, right - left)
+    block = reader.read_masked(top, left, bottom - top, right - left)  # validity as GDAL reads the scene's files
+    raw, mask = block.pixels, ~block.valid
     if not (len(ys) == bottom - top and ys[0] == top and ys[-1] == bottom - 1):
-        raw = raw[:, ys - top]  # mirrored rows at the scene's top and bottom
+        raw, mask = raw[:, ys - top], mask[ys - top]  # mirrored rows at the scene's top and bottom
     if not (len(xs) == right - left and xs[0] == left and xs[-1] == right - 1):
-        raw = np.take(raw, xs - left, axis=2)  # mirrored columns at the left and right
-    mask = raw[0] == nodata
-    for band in raw[1:]:
-        mask |= band == nodata
+        raw, mask = np.take(raw, xs - left, axis=2), np.take(mask, xs - left, axis=1)  # mirrored columns
     # up to where the next windows' pixels start: neighbouring runs of windows overlap, and two threads writing
     # the same bytes of the mask could undo each other's
     own = stop if ks.stop == cols.windows else ks.stop * stride
@@ -159,7 +157,6 @@ def predict_blocks(
     grid: WindowGrid,
     *,
     contract: BandContract,
-    nodata: float,
     blocks: range | None = None,
     cols: range | None = None,
     batch_size: int = 16,
@@ -186,7 +183,7 @@ def predict_blocks(
     mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
     scale = (1.0 / np.maximum(np.asarray(contract.std, dtype=np.float32), 1e-6))[:, None, None]
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
-    strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale, nodata=nodata,
+    strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale,
                         pin=pin, threads=readers)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     last_col = span.windows - 1
@@ -275,11 +272,11 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
     """
 
     def __init__(self, scene: Scene, grid: WindowGrid, rows: Iterable[int], *, cols: Span, mean: np.ndarray,
-                 scale: np.ndarray, nodata: float, pin: bool = False, threads: int = 1) -> None:
+                 scale: np.ndarray, pin: bool = False, threads: int = 1) -> None:
         if threads < 1:
             raise InputError(f"{threads} reading threads: give at least 1")
         self._grid, self._cols, self._pin = grid, cols, pin
-        self._norm = {"mean": mean, "scale": scale, "nodata": nodata}
+        self._norm = {"mean": mean, "scale": scale}
         self._rows = iter(rows)
         threads = min(threads, cols.windows)
         self._shares = even_ranges(cols.windows, threads)

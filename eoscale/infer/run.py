@@ -274,7 +274,7 @@ def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, 
         writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward
         try:
             for block in predict_blocks(plan.model.network, scene, grid, contract=plan.model.contract,
-                                        nodata=scene.nodata, blocks=blocks, cols=cols, batch_size=config.batch_size,
+                                        blocks=blocks, cols=cols, batch_size=config.batch_size,
                                         ramp=config.ramp, on_batch=advance, readers=plan.readers):
                 writes.put(block)
             writes.close()

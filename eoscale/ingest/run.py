@@ -32,6 +32,7 @@ from eoscale.ingest.scan import scan_validity, warp_labels
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.writer import finalize, gather_markers, marker_path, write_shard
+from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, expand_paths, open_scenes
 
 
@@ -176,7 +177,8 @@ def ingest(
 
     gathered = gather_markers(progress_dir, plan)
     finalize(store, progress_dir, gathered, {
-        schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"], nodata=int(scene_list[0].nodata)),
+        schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
+        schema.ATTR_MASKED: masked_pixels(scene_list, gathered["masked"], plan),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
     })
     _move_into_place(store, output, work)
@@ -274,6 +276,19 @@ def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dic
         schema.ATTR_INGEST: {**{k: v for k, v in parameters.items() if k != "classes"}, "eoscale_version": __version__,
                              "fingerprint": fingerprint},
     }
+
+
+def masked_pixels(scenes: list[Scene], masked: np.ndarray, plan) -> list[dict]:
+    """Per scene: how it says where it holds no data, its tiles' pixels, and how many of them were masked by a
+    mask or alpha band and how many by nodata in every band (`eoscale info` shows them)."""
+    tiles = np.bincount(plan.scene, minlength=len(scenes))
+    out = []
+    for i, scene in enumerate(scenes):
+        with SceneReader(scene) as reader:
+            validity = reader.describe_validity()
+        out.append({"scene": scene.id, "validity": validity, "pixels": int(tiles[i]) * plan.tile_size ** 2,
+                    "by_mask": int(masked[i, 0]), "by_nodata": int(masked[i, 1])})
+    return out
 
 
 def _move_into_place(store: Path, output: Path, work: Path) -> None:

@@ -1,7 +1,7 @@
 """The first pass over each scene: which windows hold enough valid pixels, and the scene's labels.
 
-`scan_validity` reads only the reference band (not all bands: that would cost as much as the whole ingest)
-and is all the plan needs, so planning starts early. `warp_labels` reprojects the label rasters onto the
+`scan_validity` reads only the scene's mask bands or else its reference band (not all bands: that would cost
+as much as the whole ingest) and is all the plan needs, so planning starts early. `warp_labels` reprojects the label rasters onto the
 scene grid once; it runs in the same Dask graph as the shard writers, which wait only for the scenes they
 cut. Both record their results in the ingest's progress folder, so a resumed ingest skips them, and shard
 writers memory-map the labels instead of receiving them through the scheduler.
@@ -34,10 +34,10 @@ def scan_validity(scene: Scene, index: int, *, tile_size: int, stride: int, prog
     if path.exists():
         return np.load(path)
     with SceneReader(scene) as reader:
-        reference = reader.read_reference()
-    valid = reference != scene.nodata
-    if not valid.any():
-        raise InputError(f"scene {scene.id!r} ({scene.paths[0]}) holds only nodata ({scene.nodata:g}): leave it out")
+        valid = reader.planning_mask()
+        if not valid.any():
+            raise InputError(f"scene {scene.id!r} ({scene.paths[0]}) holds only nodata ({reader.describe_validity()}): "
+                             "leave it out")
     window_valid = window_valid_fraction(valid, tile_size, stride)
     _save_npy(path, window_valid)
     return window_valid

@@ -13,20 +13,22 @@ HISTOGRAM_BINS = 65536
 PERCENTILES = {"p01": 1.0, "p02": 2.0, "p50": 50.0, "p98": 98.0, "p99": 99.0}
 
 
-def band_histograms(images: np.ndarray) -> np.ndarray:
-    """Histogram of each band of `images` (tile, band, y, x) uint16: shape (band, 65536) int64."""
+def band_histograms(images: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Histogram of each band of `images` (tile, band, y, x) uint16 over the `valid` (tile, y, x) pixels:
+    shape (band, 65536) int64. Pixels without data are left out whatever their value, so scenes with different
+    nodata values, masks or alpha bands add up (a valid pixel's dark band at 0 counts: it is data)."""
     bands = images.shape[1]
     out = np.empty((bands, HISTOGRAM_BINS), dtype=np.int64)
+    every = bool(valid.all())
     for b in range(bands):
-        out[b] = np.bincount(images[:, b].ravel(), minlength=HISTOGRAM_BINS)
+        values = images[:, b].ravel() if every else images[:, b][valid]
+        out[b] = np.bincount(values, minlength=HISTOGRAM_BINS)
     return out
 
 
-def statistics_from_histograms(histograms: np.ndarray, *, nodata: int) -> dict[str, list[float]]:
-    """Mean, std, min, max, percentiles and valid pixel count per band, leaving out the nodata value."""
+def statistics_from_histograms(histograms: np.ndarray) -> dict[str, list[float]]:
+    """Mean, std, min, max, percentiles and valid pixel count per band, from histograms of valid pixels."""
     counts = histograms.astype(np.float64)
-    if 0 <= nodata < HISTOGRAM_BINS:
-        counts[:, nodata] = 0
     values = np.arange(HISTOGRAM_BINS, dtype=np.float64)
     stats: dict[str, list[float]] = {k: [] for k in ("mean", "std", "min", "max", *PERCENTILES, "valid_pixels")}
     for band_counts in counts:

@@ -26,6 +26,11 @@ from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene
 
 
+def store_nodata(scenes: list[Scene]) -> int:
+    """The store's nodata value: its first scene's."""
+    return int(scenes[0].nodata)
+
+
 def marker_path(progress: Path, shard: int) -> Path:
     return progress / f"shard-{shard:06d}.npz"
 
@@ -51,18 +56,24 @@ def write_shard(
     n, t = len(scene_index), tile_size
     images = np.empty((n, len(scenes[0].bands), t, t), dtype=np.uint16)
     labels = np.empty((n, t, t), dtype=np.uint8)
+    valid = np.empty((n, t, t), dtype=bool)
+    masked = np.zeros((len(scenes), 2), dtype=np.int64)  # per scene: pixels masked by a mask band, by nodata
     for s in np.unique(scene_index):
         scene = scenes[s]
         scene_labels = load_scene_labels(Path(progress), int(s))
         with SceneReader(scene) as reader:
             for positions, row, col0, count in _runs(np.flatnonzero(scene_index == s), row_off, col_off, t):
-                block = reader.read(row, col0, t, count * t)
+                block = reader.read_masked(row, col0, t, count * t)
+                masked[s] += (int(block.by_mask.sum()), int(block.by_nodata.sum()))
+                block_valid = block.valid
                 label_block = scene_labels[row : row + t, col0 : col0 + count * t]
                 for k, p in enumerate(positions):
-                    images[p] = block[:, :, k * t : (k + 1) * t]
+                    images[p] = block.pixels[:, :, k * t : (k + 1) * t]
                     labels[p] = label_block[:, k * t : (k + 1) * t]
-    nodata = int(scenes[0].nodata)
-    valid = (images != nodata).all(axis=1)
+                    valid[p] = block_valid[:, k * t : (k + 1) * t]
+    # the store has one nodata value (its first scene's), in every band of a pixel without data: whatever each
+    # scene's own nodata value, mask or alpha band said, readers need only the store's (all bands at nodata)
+    images.transpose(1, 0, 2, 3)[:, ~valid] = store_nodata(scenes)
     labels[~valid] = IGNORE_INDEX
     valid_fraction = valid.reshape(n, -1).mean(axis=1).astype(np.float32)
     class_counts = np.stack([np.bincount(lab[lab != IGNORE_INDEX], minlength=num_classes)[:num_classes] for lab in labels])
@@ -75,7 +86,8 @@ def write_shard(
     marker = marker_path(Path(progress), shard)
     tmp = marker.with_name(marker.stem + ".tmp.npz")
     # uncompressed: zlib on the histograms (a few MB a shard) cost a large share of the shard write
-    np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=band_histograms(images))
+    np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=band_histograms(images, valid),
+             masked=masked)
     os.replace(tmp, marker)
     return n
 
@@ -95,19 +107,22 @@ def _runs(positions: np.ndarray, row_off: np.ndarray, col_off: np.ndarray, t: in
 
 
 def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
-    """The per-tile valid fractions and class counts, and the summed band histograms, from all markers."""
+    """The per-tile valid fractions and class counts, and the summed band histograms and masked pixel counts
+    (scene × (by mask band, by nodata)), from all markers."""
     valid_fraction = np.empty(len(plan), dtype=np.float32)
-    class_counts, histograms = None, None
+    class_counts, histograms, masked = None, None, None
     for shard in range(plan.num_shards):
         start, stop = plan.shard_range(shard)
         with np.load(marker_path(progress, shard)) as m:
             if class_counts is None:
                 class_counts = np.empty((len(plan), m["class_counts"].shape[1]), dtype=np.int64)
                 histograms = np.zeros_like(m["histograms"])
+                masked = np.zeros_like(m["masked"])
             valid_fraction[start:stop] = m["valid_fraction"]
             class_counts[start:stop] = m["class_counts"]
             histograms += m["histograms"]
-    return {"valid_fraction": valid_fraction, "class_counts": class_counts, "histograms": histograms}
+            masked += m["masked"]
+    return {"valid_fraction": valid_fraction, "class_counts": class_counts, "histograms": histograms, "masked": masked}
 
 
 def finalize(store: Path, progress: Path, gathered: dict[str, np.ndarray], attrs: dict) -> None:

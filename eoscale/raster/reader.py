@@ -1,23 +1,52 @@
-"""Reading windows of a scene's bands on its reference grid.
+"""Reading windows of a scene's bands on its reference grid, and which of their pixels hold data.
 
 Bands that lie on the reference grid are read directly; others (the 20 m bands of a Sentinel-2 product
 kept as one file per band, or a band in another CRS) are resampled through a GDAL `WarpedVRT` onto that
 grid, so a window means the same ground in every band.
+
+Validity follows GDAL's per-dataset mask semantics (RFC 15, as `gdalinfo` and QGIS read a file): a file's mask
+band (`.msk` or internal) or its alpha band says where it holds data; a file without either holds no data
+where *every* band has its nodata value (0 when it declares none: Sentinel-2's convention, whose JPEG 2000
+bands declare no nodata). A scene of several files is read as GDAL reads them stacked in one VRT: the mask
+bands together, and the nodata-only bands all at nodata. One dark band at 0 does not make a pixel missing.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 import rasterio
-from rasterio.enums import Resampling
+from rasterio.enums import MaskFlags, Resampling
 from rasterio.errors import RasterioError
 from rasterio.vrt import WarpedVRT
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
-from eoscale.raster.sources import Scene
+from eoscale.raster.sources import Scene, nodata_of
+
+
+@dataclass(frozen=True)
+class MaskedWindow:
+    """A window of a scene: its pixels, and where (and why) they hold no data."""
+
+    pixels: np.ndarray  # (band, y, x) uint16
+    by_mask: np.ndarray  # (y, x) True where a file's mask or alpha band says no data
+    by_nodata: np.ndarray  # (y, x) True where the mask bands do not, but every nodata-only band is at nodata
+
+    @property
+    def valid(self) -> np.ndarray:
+        return ~(self.by_mask | self.by_nodata)
+
+
+def has_mask_band(src: rasterio.io.DatasetReader) -> bool:
+    """Whether GDAL reads the file's validity from a mask band (per-dataset mask or alpha), not from nodata."""
+    return any(MaskFlags.per_dataset in flags or MaskFlags.alpha in flags for flags in src.mask_flag_enums)
+
+
+def on_grid_file(dataset: rasterio.io.DatasetReader | WarpedVRT) -> bool:
+    return not isinstance(dataset, WarpedVRT)
 
 
 class SceneReader:
@@ -52,6 +81,11 @@ class SceneReader:
                 resampling=resampling,
                 nodata=scene.nodata,
             )
+        # which files say where they hold data with a mask band, and the nodata value of the others' bands
+        # (a resampled file: the VRT's nodata, which the warper also writes where the file's mask says none)
+        self._mask_paths = [p for p in self._reads if on_grid_file(self._datasets[p]) and has_mask_band(self._datasets[p])]
+        self._nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p]) else float(scene.nodata)
+                        for p in self._reads if p not in self._mask_paths}
 
     def __enter__(self) -> SceneReader:
         return self
@@ -79,6 +113,49 @@ class SceneReader:
                 message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 raise InputError(f"{path!r} could not be read ({message}): the file is damaged or truncated") from None
         return out
+
+    def read_masked(self, row_off: int, col_off: int, height: int, width: int) -> MaskedWindow:
+        """The window's pixels of every band and where they hold no data (see the module docstring)."""
+        pixels = self.read(row_off, col_off, height, width)
+        window = Window(col_off, row_off, width, height)
+        by_mask = np.zeros((height, width), dtype=bool)
+        for path in self._mask_paths:
+            by_mask |= self._dataset_mask(path, window) == 0
+        if self._nodata:
+            by_nodata = np.ones((height, width), dtype=bool)
+            for path, value in self._nodata.items():
+                for position, _ in self._reads[path]:
+                    by_nodata &= pixels[position] == value
+            by_nodata &= ~by_mask
+        else:
+            by_nodata = np.zeros((height, width), dtype=bool)
+        return MaskedWindow(pixels, by_mask, by_nodata)
+
+    def planning_mask(self) -> np.ndarray:
+        """Where the whole scene holds data, as the tile plan sees it, shape (y, x): the mask bands where the
+        scene has them (exact, one band read), else the reference band against its nodata value (one band,
+        not all: the writer decides each tile's pixels exactly)."""
+        if self._mask_paths:
+            valid = np.ones((self.scene.height, self.scene.width), dtype=bool)
+            for path in self._mask_paths:
+                valid &= self._dataset_mask(path, None) != 0
+            return valid
+        return self.read_reference() != self.scene.nodata
+
+    def _dataset_mask(self, path: str, window: Window | None) -> np.ndarray:
+        try:
+            return self._datasets[path].dataset_mask(window=window)
+        except RasterioError as err:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise InputError(f"{path!r} could not be read ({message}): the file is damaged or truncated") from None
+
+    def describe_validity(self) -> str:
+        """How this scene says where it holds no data, in words for `eoscale info`."""
+        parts = [f"mask band of {len(self._mask_paths)} file(s)"] if self._mask_paths else []
+        values = sorted(set(self._nodata.values()))
+        if values:
+            parts.append(f"nodata {', '.join(f'{v:g}' for v in values)} in every band")
+        return " and ".join(parts)
 
     def read_reference(self) -> np.ndarray:
         """The whole of the first band that lies on the reference grid (read without resampling), shape (y, x)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 import rasterio
 from affine import Affine
 from rasterio.crs import CRS
+from rasterio.enums import ColorInterp
 from rasterio.errors import RasterioIOError
 from rasterio.transform import array_bounds
 
@@ -135,14 +136,17 @@ def open_scene(path: str, *, band_names: list[str] | None = None) -> Scene:
     with open_raster(path) as src:
         crs = check_crs(path, src.crs)
         check_dtype(path, src.dtypes)
+        # an alpha band says where the others hold data (`eoscale.raster.reader`): it is not a band of the scene
+        data = [i for i, c in enumerate(src.colorinterp, start=1) if c != ColorInterp.alpha]
         if band_names is not None:
-            if len(band_names) != src.count:
+            if len(band_names) != len(data):
+                alpha = " (and an alpha band)" if len(data) < src.count else ""
                 raise InputError(
-                    f"{path!r} has {src.count} bands but --band-names gives {len(band_names)}: give one name per band"
+                    f"{path!r} has {len(data)} bands{alpha} but --band-names gives {len(band_names)}: give one name per band"
                 )
             names = [normalise_band_name(n) for n in band_names]
         else:
-            names = [normalise_band_name(d) if d else "" for d in src.descriptions]
+            names = [normalise_band_name(src.descriptions[i - 1]) if src.descriptions[i - 1] else "" for i in data]
             if not all(names):
                 raise InputError(
                     f"{path!r} has bands without descriptions: name them with --band-names "
@@ -152,17 +156,19 @@ def open_scene(path: str, *, band_names: list[str] | None = None) -> Scene:
             raise InputError(f"{path!r} names a band twice: {', '.join(names)}")
         return Scene(
             id=Path(path).stem,
-            bands=tuple(BandFile(n, path, i + 1) for i, n in enumerate(names)),
+            bands=tuple(BandFile(n, path, i) for i, n in zip(data, names)),
             crs=crs,
             transform=src.transform,
             width=src.width,
             height=src.height,
-            nodata=_nodata_of(src),
+            nodata=nodata_of(src),
             paths=(path,),
         )
 
 
-def _nodata_of(src: rasterio.io.DatasetReader) -> float:
+def nodata_of(src: rasterio.io.DatasetReader) -> float:
+    """The file's nodata value; 0 when it declares none (Sentinel-2's convention: its JPEG 2000 bands declare
+    none, and 0 is NO_DATA in the product)."""
     return float(src.nodata) if src.nodata is not None else 0.0
 
 
@@ -188,7 +194,7 @@ def _open_band_directory(path: str) -> Scene:
                 raise InputError(f"scene directory {path!r} has two files for band {name}")
             bands.append(BandFile(name, str(f), 1))
             pixel = abs(src.transform.a)
-            grids[str(f)] = (src.crs, src.transform, src.width, src.height, _nodata_of(src))
+            grids[str(f)] = (src.crs, src.transform, src.width, src.height, nodata_of(src))
             if finest is None or pixel < finest[0]:
                 finest = (pixel, str(f))
     assert finest is not None

@@ -133,11 +133,13 @@ def test_normalisation_uses_store_statistics_of_bands_picked_by_name(store):
             np.testing.assert_array_equal(label[~nodata], labels[tile][~nodata])
 
 
-def test_normalise_masks_any_nodata_value(store):
+@pytest.mark.parametrize("nodata", [0, 7])  # 0: the max-over-bands path; 7: the general one
+def test_normalise_masks_pixels_with_every_band_at_nodata(store, nodata):
     dm = TileDataModule(store)
-    dm._attrs = {**dm.attrs, schema.ATTR_NODATA: 7}  # not 0: the general path
+    dm._attrs = {**dm.attrs, schema.ATTR_NODATA: nodata}
     image = torch.full((1, len(BANDS), 2, 2), 1000, dtype=torch.uint16)
-    image[0, 3, 0, 1] = 7  # one band missing at one pixel
+    image[0, :, 0, 1] = nodata  # a pixel without data: every band at the store's nodata
+    image[0, 3, 1, 0] = nodata  # one dark band at one pixel: data (GDAL's all-bands semantics)
     out = dm.normalise({"image": image, "tile": torch.zeros(1, dtype=torch.int64)})
     assert (out["image"][0, :, 0, 1] == 0).all() and (out["image"][0, :, 1, :] != 0).all()
 
@@ -148,7 +150,7 @@ def test_nodata_pixels_are_ignored_and_zero(store):
     found = 0
     for batch in dm.train_dataloader():
         raw = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r").oindex[batch["tile"].numpy()]
-        nodata = (raw == 0).any(axis=1)
+        nodata = (raw == 0).all(axis=1)
         found += int(nodata.sum())
         assert (batch["label"].numpy()[nodata] == dm.ignore_index).all()  # folded in the workers already
         batch = dm.normalise(batch)

@@ -101,8 +101,8 @@ def _contract(scene) -> BandContract:
 
 def _whole_scene(network, scene, contract) -> tuple[torch.Tensor, np.ndarray]:
     with SceneReader(scene) as reader:
-        raw = reader.read(0, 0, scene.height, scene.width)
-    invalid = (raw == scene.nodata).any(axis=0)
+        block = reader.read_masked(0, 0, scene.height, scene.width)
+    raw, invalid = block.pixels, ~block.valid
     x = (raw.astype(np.float32) - np.float32(MEAN)[:, None, None]) / np.float32(STD)[:, None, None]
     x[:, invalid] = 0
     with torch.no_grad():
@@ -116,7 +116,7 @@ def test_no_seams_with_a_per_pixel_model(scene, window, overlap, batch_size):
     contract = _contract(source)
     network = PerPixel(len(source.bands), len(TABLE)).eval()
     grid = WindowGrid.make(source.height, source.width, window=window, overlap=overlap)
-    blocks = list(predict_blocks(network, source, grid, contract=contract, nodata=source.nodata,
+    blocks = list(predict_blocks(network, source, grid, contract=contract,
                                  batch_size=batch_size))
     assert [b.row for b in blocks] == sorted(b.row for b in blocks)
     probs = torch.cat([b.probs for b in blocks], dim=1)
@@ -136,8 +136,8 @@ def test_parts_with_halo_rows_equal_the_whole(scene):
     network = PerPixel(len(source.bands), len(TABLE)).eval()
     contract = _contract(source)
     grid = WindowGrid.make(source.height, source.width, window=32, overlap=0.5)
-    whole = torch.cat([b.probs for b in predict_blocks(network, source, grid, contract=contract, nodata=0)], 1)
-    parts = [list(predict_blocks(network, source, grid, contract=contract, nodata=0, blocks=r, batch_size=5,
+    whole = torch.cat([b.probs for b in predict_blocks(network, source, grid, contract=contract)], 1)
+    parts = [list(predict_blocks(network, source, grid, contract=contract, blocks=r, batch_size=5,
                                  readers=3))
              for r in grid.split_blocks(3)]
     assert [b.index for p in parts for b in p] == list(range(grid.rows.count))

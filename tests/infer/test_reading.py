@@ -26,8 +26,8 @@ def test_threads_read_what_one_reader_reads(scene, threads, tile):
     grid = WindowGrid.make(source.height, source.width, window=32, overlap=0.25)
     span = Span.of(grid.cols, tile)
     with SceneReader(source) as reader:
-        expected = [read_strip(reader, grid, j, **NORM, nodata=source.nodata, cols=span) for j in range(grid.rows.count)]
-    strips = read_ahead(source, grid, range(grid.rows.count), cols=span, **NORM, nodata=source.nodata, threads=threads)
+        expected = [read_strip(reader, grid, j, **NORM, cols=span) for j in range(grid.rows.count)]
+    strips = read_ahead(source, grid, range(grid.rows.count), cols=span, **NORM, threads=threads)
     got = list(strips)
     strips.close()
     assert [s.row for s in got] == list(range(grid.rows.count))
@@ -42,7 +42,7 @@ def test_a_reading_error_comes_through_and_no_thread_is_left(scene, tmp_path):
     source = open_scene(str(damaged_copy(scene, tmp_path)))
     grid = WindowGrid.make(source.height, source.width, window=32, overlap=0.25)
     before = threading.active_count()
-    strips = read_ahead(source, grid, range(grid.rows.count), cols=Span.of(grid.cols), **NORM, nodata=source.nodata,
+    strips = read_ahead(source, grid, range(grid.rows.count), cols=Span.of(grid.cols), **NORM,
                         threads=3)
     with pytest.raises(InputError, match="damaged.tif' could not be read"):
         list(strips)
