@@ -62,11 +62,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args) or 0)
     except UserError as err:
-        print(f"eoscale {name}: error: {err}", file=sys.stderr)
+        print(f"eoscale {name}: error: {one_line(err)}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print(f"eoscale {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def one_line(err: UserError) -> str:
+    """The error's message; for one raised in a DataLoader worker, which torch re-raises in the main process as
+    the same class with "Caught X in DataLoader worker process N. Original Traceback …" around it, the original
+    message (the traceback's last line, without its class name)."""
+    message = str(err).strip()
+    if "\nOriginal Traceback" in message:
+        message = message.splitlines()[-1].partition(": ")[2] or message.splitlines()[-1]
+    return message
 
 
 if __name__ == "__main__":

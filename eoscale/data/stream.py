@@ -39,6 +39,7 @@ import zarr
 from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale import schema
+from eoscale.errors import StoreError
 from eoscale.data.handover import Handover, shared_empty
 from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length
 
@@ -87,7 +88,11 @@ class ShardReader:
         elif self._direct is None:
             out[...] = chunk
         else:
-            self._direct.decode(chunk, out)
+            try:
+                self._direct.decode(chunk, out)
+            except (RuntimeError, ValueError) as err:  # what blosc and zstd raise on a damaged chunk
+                raise StoreError(f"a tile of {str(self._direct.root)!r} does not decode ({err}): the store is damaged; "
+                                 f"'eoscale info --check' names the shard; ingest the scenes again") from None
 
     @staticmethod
     def detach(chunk):
@@ -131,8 +136,12 @@ class _DirectShards:
 
     def chunks(self, shard: int) -> list[memoryview | None] | None:
         """The encoded chunks of one shard, one per tile (None: never written), or None for no shard file."""
+        path = self.root / self.key((shard,) + (0,) * (self.ndim - 1))
         try:
-            with open(self.root / self.key((shard,) + (0,) * (self.ndim - 1)), "rb") as file:
+            with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                if size < self.index_bytes:
+                    raise self.damaged(path, f"{size} bytes, shorter than its index")
                 # mapped, not read: read_bytes into fresh memory cost 10–15 µs a tile here, mostly page faults on
                 # the new pages; a populated map of the page cache ~2 µs (the store is complete: nothing writes
                 # to the file while it is mapped)
@@ -144,11 +153,18 @@ class _DirectShards:
             import google_crc32c
 
             if google_crc32c.value(raw[:-4]) != int(np.frombuffer(raw[-4:], dtype="<u4")[0]):
-                raise OSError(f"shard {shard} of {str(self.root)!r} has a damaged index: ingest the scenes again")
+                raise self.damaged(path, "its index fails its checksum")
             raw = raw[:-4]
         index = np.frombuffer(raw, dtype="<u8").reshape(self.shard_tiles, 2).tolist()
+        if any(offset != _EMPTY and offset + length > size for offset, length in index):
+            raise self.damaged(path, "it ends before the tiles its index lists")
         view = memoryview(data)
-        return [None if offset == _EMPTY else view[offset : offset + size] for offset, size in index]
+        return [None if offset == _EMPTY else view[offset : offset + length] for offset, length in index]
+
+    def damaged(self, path: Path, why: str) -> StoreError:
+        store = self.root.parent
+        return StoreError(f"tile store {str(store)!r} is damaged: shard {path.relative_to(store)} does not read ({why}); "
+                          "ingest the scenes again (eoscale ingest … --overwrite)")
 
 
 def _direct_layout(array: zarr.Array) -> _DirectShards | None:

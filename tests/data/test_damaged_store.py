@@ -45,3 +45,29 @@ def test_a_truncated_shard_is_found_by_check(copy, capsys):
 def test_check_passes_on_a_sound_store(store, capsys):
     assert main(["info", str(store), "--check"]) == 0
     assert "read whole and verified" in capsys.readouterr().out
+
+
+def _truncate(shard: Path) -> None:
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+
+
+def test_a_truncated_shard_stops_the_loader_with_its_name(copy):
+    _truncate(_shard(copy))
+    dm = TileDataModule(str(copy), batch_size=4, num_workers=0)
+    dm.setup("fit")
+    with pytest.raises(StoreError, match=r"shard labels/c/\S+ does not read \(.*\); ingest the scenes again"):
+        for loader in (dm.train_dataloader(), dm.val_dataloader()):
+            for _ in loader:
+                pass
+
+
+def test_a_truncated_shard_stops_a_fit_in_one_line(copy, tmp_path, capsys):
+    _truncate(_shard(copy))
+    code = main(["fit", "--config", "configs/smoke.yaml", "--data.init_args.store", str(copy),
+                 "--data.init_args.num_workers", "1", "--trainer.default_root_dir", str(tmp_path / "run"),
+                 "--trainer.logger", "false", "--trainer.max_steps", "200", "--trainer.limit_val_batches", "2"])
+    printed = capsys.readouterr().err
+    assert "Traceback" not in printed, printed[-3000:]
+    err = [ln for ln in printed.strip().splitlines() if ln.startswith("eoscale")]
+    assert code == 2 and len(err) == 1 and "does not read" in err[0] and "labels/c/" in err[0], err
