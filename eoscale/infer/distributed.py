@@ -186,6 +186,39 @@ def beat_path(work: Path, rank: int) -> Path:
     return Path(work) / f"alive-rank-{rank:04d}.json"
 
 
+def _gone(note: dict) -> bool:
+    """Whether the process a heartbeat note names has surely ended: it ran on this machine, in this pid
+    namespace, and that pid no longer runs (or runs another process, started at another time)."""
+    identity = _process_identity()
+    if note.get("host") != identity["host"] or note.get("pidns") is None or note.get("pidns") != identity["pidns"]:
+        return False
+    return _start_time(int(note["pid"])) != note.get("start")
+
+
+def left_over_runs(root: Path, *, keep: str, silent_after: float = SILENT_AFTER_S) -> list[Path]:
+    """The run folders under `root` (`<output>/.eoscale-predict`) other than `keep` that an interrupted run
+    left behind: every process whose heartbeat is there has ended on this machine, or none has rewritten its
+    heartbeat for `silent_after` seconds (a folder without heartbeats: nothing in it changed for as long).
+    A run still going, here or on another node, keeps beating, so its folder is never among them."""
+    found = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        if folder.name == keep or not folder.is_dir():
+            continue
+        beats = list(folder.glob("alive-rank-*.json"))
+        try:
+            newest = max((p.stat().st_mtime for p in beats or [folder, *folder.iterdir()]), default=0.0)
+            notes = []
+            for p in beats:
+                with contextlib.suppress(ValueError):
+                    notes.append(json.loads(p.read_text()))
+        except OSError:
+            continue  # it went while we looked: its own run tidied it up
+        ended = bool(notes) and len(notes) == len(beats) and all(_gone(n) for n in notes)
+        if ended or time.time() - newest > silent_after:
+            found.append(folder)
+    return found
+
+
 def _process_identity() -> dict:
     """What tells this process apart on a cluster: host, pid namespace, pid and the pid's start time."""
     identity: dict = {"host": socket.gethostname(), "pid": os.getpid(), "pidns": None, "start": None}

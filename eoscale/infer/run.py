@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
@@ -29,6 +30,7 @@ from eoscale.infer.blend import RAMPS
 from eoscale.infer.distributed import (
     Heartbeat,
     Peers,
+    left_over_runs,
     new_run_id,
     ranks_from_environment,
     report_failure,
@@ -128,6 +130,8 @@ def predict(config: PredictConfig) -> RunResult | None:
     check_config(config)
     ranks = ranks_from_environment()
     output = Path(config.output)
+    if ranks is None or ranks.rank == 0:
+        _tidy_left_overs(output / WORK_DIR, keep=ranks.run_id if ranks else "")
     if ranks is not None:
         plan = run_rank(ranks.rank, ranks.world, ranks.run_id, config, local_rank=ranks.local_rank)
         if ranks.rank != 0:
@@ -144,6 +148,13 @@ def predict(config: PredictConfig) -> RunResult | None:
             plan = run_rank(0, 1, run_id, config)
     scenes = collect(config, run_id, [s.id for s in plan.scenes], peers=peers)
     return RunResult(scenes, plan.model.backbone, processes, time.perf_counter() - started)
+
+
+def _tidy_left_overs(root: Path, *, keep: str) -> None:
+    """Remove the work folders a killed run left under `<output>/.eoscale-predict` (its part files), and say so."""
+    for folder in left_over_runs(root, keep=keep):
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"eoscale predict: removed {folder}, left by an interrupted run", file=sys.stderr)
 
 
 def check_config(config: PredictConfig) -> None:
@@ -200,8 +211,9 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
     """This process's share of the run: its parts of scenes, and the scenes it finalises."""
     work = Path(config.output) / WORK_DIR / run_id
     try:
-        # a heartbeat, so that a process waiting for this one finds out if it dies (eoscale.infer.distributed)
-        with Heartbeat(work, rank) if world > 1 else nullcontext(None) as heartbeat:
+        # a heartbeat, so that a process waiting for this one finds out if it dies (eoscale.infer.distributed),
+        # also for a run of one process: it tells a later run that this folder is in use
+        with Heartbeat(work, rank) as heartbeat:
             plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False)
             tasks = deal(plan.scenes, rank, world)
             # only the process that finalises a scene checks its outputs: another may finish its own scene (and

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eoscale.infer.distributed import Heartbeat, PeerLostError, Peers, beat_path, wait_for
+from eoscale.infer.distributed import Heartbeat, PeerLostError, Peers, beat_path, left_over_runs, wait_for
 from tests.processes import ROOT
 
 
@@ -79,7 +79,7 @@ def test_wait_for_fails_in_one_line_when_a_peer_is_lost(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_killed_rank_fails_the_other_within_the_bound(checkpoint, tmp_path):
+def test_a_killed_rank_fails_the_other_within_the_bound(checkpoint, tmp_path, capsys):
     """Two ranks as srun starts them (without --kill-on-bad-exit): rank 1 is killed while rank 0 will wait for
     its part; rank 0 exits with one line, code 1, soon, and no map is published."""
     from tests.rasters import write_scene
@@ -116,6 +116,37 @@ def test_a_killed_rank_fails_the_other_within_the_bound(checkpoint, tmp_path):
     assert waited < 120, waited
     assert not (out / "big_landcover.tif").exists()
     assert not list(out.glob("big_*")) and not list(out.glob(".big_*"))
+    # the next run into the same folder removes what the killed run left (its processes have ended), and says so
+    left = out / ".eoscale-predict" / "slurm-4242.0"
+    assert left.is_dir()
+    from eoscale.cli import main
+
+    assert main(["predict", "--checkpoint", str(checkpoint), "--input", str(scene), "--output", str(out),
+                 "--no-progress", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]) == 0
+    assert f"removed {left}, left by an interrupted run" in capsys.readouterr().err
+    assert not (out / ".eoscale-predict").exists() and (out / "big_landcover.tif").is_file()
+
+
+def test_only_folders_of_ended_or_silent_runs_are_left_over(tmp_path):
+    root = tmp_path / ".eoscale-predict"
+    _beat(root / "elsewhere-beating", 0)  # another node, beating now
+    _beat(root / "elsewhere-silent", 0)
+    old = time.time() - 120
+    os.utime(beat_path(root / "elsewhere-silent", 0), (old, old))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    with Heartbeat(root / "here-ended", 0) as beat:
+        pass
+    note = json.loads(beat.path.read_text())
+    beat.path.write_text(json.dumps({**note, "pid": gone.pid, "start": "0"}))  # a pid of this machine, ended
+    with Heartbeat(root / "here-running", 0):
+        (root / "old-no-beats").mkdir()
+        (root / "old-no-beats" / "part.tif").write_bytes(b"x")
+        os.utime(root / "old-no-beats" / "part.tif", (old, old))
+        os.utime(root / "old-no-beats", (old, old))
+        (root / "mine").mkdir()
+        found = left_over_runs(root, keep="mine")
+    assert [p.name for p in found] == ["elsewhere-silent", "here-ended", "old-no-beats"]
 
 
 def test_independent_srun_tasks_are_not_ranks_of_one_run(monkeypatch):
