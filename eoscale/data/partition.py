@@ -9,7 +9,8 @@ in one go. Each epoch:
    (validation, test and prediction keep store order), giving one sequence of the split's `n` tiles, the
    same on every rank;
 2. **ranks**: rank `r` of `W` takes positions `[r·L, (r+1)·L)` of that sequence. Training uses `L = n // W` and
-   drops the last `n mod W` tiles of the epoch's sequence (at most `W − 1` tiles, different ones each epoch);
+   drops the last `n mod W` tiles of the epoch's sequence (at most `W − 1` tiles, different ones each epoch),
+   and one tile a rank more where `L` would end in a batch of one (`rank_length`);
    evaluation uses `L = ceil(n / W)` and wraps around, so the first `L·W − n` tiles (at most `W − 1`) are
    delivered twice and metrics see every tile. With `W = 1` nothing is dropped or repeated;
 3. **batches**: every rank has `ceil(L / batch_size)` batches (only the last may be short), so every rank
@@ -105,9 +106,14 @@ def train_subset(split, fraction: float, *, seed: int, run: int = SUBSET_RUN) ->
     return np.asarray(merged, dtype=np.int64).reshape(-1, 2)
 
 
-def rank_length(total: int, world_size: int, *, pad: bool) -> int:
-    """How many tiles each rank gets: `total // W` (dropping the rest) or `ceil(total / W)` (repeating some)."""
-    return -(-total // world_size) if pad else total // world_size
+def rank_length(total: int, world_size: int, *, pad: bool, batch_size: int) -> int:
+    """How many tiles each rank gets: `ceil(total / W)` (repeating some), or for training `total // W` (dropping
+    the rest) and one fewer where that would end the epoch in a batch of one tile: BatchNorm cannot train on
+    one tile whose feature maps have shrunk to 1×1 (32 px tiles through a ResNet), and one tile is no batch."""
+    if pad:
+        return -(-total // world_size)
+    length = total // world_size
+    return length - 1 if batch_size > 1 and length > batch_size and length % batch_size == 1 else length
 
 
 def num_batches(length: int, batch_size: int) -> int:
@@ -174,7 +180,7 @@ def plan_epoch(
     """What worker `worker` of rank `rank` reads in `epoch` (see the module docstring for the rules); `split`
     is `(start, stop)` or a sorted list of disjoint ranges."""
     runs = epoch_runs(split_runs(split, shard_tiles), seed=seed, epoch=epoch, shuffle=shuffle, shard_tiles=shard_tiles)
-    length = rank_length(range_tiles(split), world_size, pad=pad)
+    length = rank_length(range_tiles(split), world_size, pad=pad, batch_size=batch_size)
     rank_batches = num_batches(length, batch_size)
     first, stop = worker_batches(rank_batches, worker, workers)
     lo, hi = first * batch_size, min(stop * batch_size, length)

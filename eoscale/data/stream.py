@@ -250,13 +250,13 @@ class TileStream(IterableDataset):
         self.world_size = world_size
         self.direct_decode = direct_decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
-        self.pad = not shuffle  # training drops at most W-1 tiles, evaluation repeats at most W-1 (partition.py)
+        self.pad = not shuffle  # training drops at most W-1 tiles (W more to avoid a batch of one), evaluation repeats at most W-1 (partition.py)
         self._readers: tuple | None = None  # (pid, images, labels, complete) of the process that opened them
         self.handover: Handover | None = None  # set in TileLoader's workers only
 
     @property
     def tiles_per_rank(self) -> int:
-        return rank_length(range_tiles(self.split), self.world_size, pad=self.pad)
+        return rank_length(range_tiles(self.split), self.world_size, pad=self.pad, batch_size=self.batch_size)
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (the same on every rank)."""

@@ -44,6 +44,18 @@ def test_worker_batches_are_contiguous_and_cover_the_rank():
         assert max(b - a for a, b in blocks) - min(b - a for a, b in blocks) <= 1
 
 
+def _training_length(n: int, world: int, batch: int) -> int:
+    """n // world tiles a rank, one fewer where the last batch would hold a single tile."""
+    length = n // world
+    return length - 1 if batch > 1 and length > batch and length % batch == 1 else length
+
+
+def test_a_training_epoch_never_ends_in_a_batch_of_one():
+    # 33 tiles a rank at batch 8 (the Slurm DDP job's case): 32, four whole batches; evaluation keeps all 33
+    assert rank_length(66, 2, pad=False, batch_size=8) == 32 and rank_length(66, 2, pad=True, batch_size=8) == 33
+    assert rank_length(34, 2, pad=False, batch_size=8) == 17 - 1 and rank_length(1, 1, pad=False, batch_size=8) == 1
+
+
 def _epoch(split, *, world, workers, batch, epoch=0, seed=0, shuffle=True, shard=8):
     """Tiles per rank (in read order) and batches per rank, as the stream would make them."""
     tiles, batches = {}, {}
@@ -57,7 +69,8 @@ def _epoch(split, *, world, workers, batch, epoch=0, seed=0, shuffle=True, shard
             assert plan.tiles > (plan.batches - 1) * batch or plan.batches == 0
             got += ids
             count += plan.batches
-            assert plan.rank_batches == num_batches(rank_length(range_tiles(split), world, pad=not shuffle), batch)
+            assert plan.rank_batches == num_batches(rank_length(range_tiles(split), world, pad=not shuffle,
+                                                                batch_size=batch), batch)
         tiles[rank], batches[rank] = got, count
     return tiles, batches
 
@@ -70,9 +83,11 @@ def test_training_epoch_delivers_each_tile_at_most_once_and_drops_fewer_than_wor
     delivered = [t for ids in tiles.values() for t in ids]
     assert len(delivered) == len(set(delivered))
     assert set(delivered) <= set(range(*split))
-    assert n - len(delivered) == n % world <= world - 1
+    per_rank = _training_length(n, world, batch)
+    assert n - len(delivered) == n - world * per_rank and n % world <= world - 1
     assert len(set(batches.values())) == 1  # equal steps on every rank
-    assert batches[0] == num_batches(n // world, batch)
+    assert batches[0] == num_batches(per_rank, batch)
+    assert all(len(ids) % batch != 1 or batch == 1 or len(ids) <= batch for ids in tiles.values())
 
 
 @pytest.mark.parametrize("world,workers,batch", list(itertools.product([1, 2, 3], [1, 2], [1, 4, 8])))
@@ -125,8 +140,8 @@ def test_a_list_of_ranges_is_delivered_once_and_each_shard_read_in_one_go(world,
     tiles, batches = _epoch(split, world=world, workers=workers, batch=batch)
     delivered = [t for ids in tiles.values() for t in ids]
     assert len(delivered) == len(set(delivered)) and set(delivered) <= wanted
-    assert n - len(delivered) == n % world
-    assert len(set(batches.values())) == 1 and batches[0] == num_batches(n // world, batch)
+    assert n - len(delivered) == n - world * _training_length(n, world, batch)
+    assert len(set(batches.values())) == 1 and batches[0] == num_batches(_training_length(n, world, batch), batch)
     evaluation, _ = _epoch(split, world=world, workers=workers, batch=batch, shuffle=False)
     assert {t for ids in evaluation.values() for t in ids} == wanted
     # the epoch's order keeps the runs of a shard together: one shard file read per shard (and worker edge)

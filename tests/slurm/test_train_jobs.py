@@ -44,10 +44,9 @@ def fit_job(store: Path, run_dir: Path, name: str, max_steps: int):
     return render_job("local", "fit", {
         "venv": str(VENV), "workdir": str(ROOT), "log_dir": str(run_dir / "logs"), "job_name": name,
         "tasks_per_node": 2, "config": ["configs/smoke.yaml"], "mlflow_uri": uri,
-        # batch 6: each rank's 33 training tiles end in a batch of 3. With batch 8 a rank's last batch holds one
-        # tile, and ResNet's BatchNorm cannot train on one value per channel (32 px tiles reach 1×1): a known
-        # limit of tiny tiles, noted on issue 13
-        "args": ["--data.init_args.store", str(store), "--data.init_args.batch_size", "6",
+        # batch 8: each rank's 33 training tiles would end in a batch of one, which ResNet's BatchNorm cannot train
+        # on at 32 px (1×1 feature maps); the loader drops that tile (eoscale.data.partition.rank_length)
+        "args": ["--data.init_args.store", str(store), "--data.init_args.batch_size", "8",
                  "--trainer.default_root_dir", str(run_dir),
                  "--trainer.max_steps", str(max_steps), "--trainer.val_check_interval", str(max_steps // 2)],
     })
