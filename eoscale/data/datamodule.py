@@ -347,6 +347,9 @@ class TileLoader(DataLoader):
         workers = kwargs.get("num_workers", 0)
         self.shared_memory = shared_memory  # `shared_memory=False`: no Handover, none of its private hooks
         self.handover = Handover(workers) if workers > 0 and shared_memory and hooks_allowed() else None
+        # off (or on another torch): workers make their batches with torch.empty, and torch's own pickling moves
+        # them to shared memory, not through the private `UntypedStorage._new_shared`
+        dataset.private_shared = bool(shared_memory and hooks_allowed())
         if self.handover is not None:
             user_init = kwargs.get("worker_init_fn")
             if isinstance(user_init, functools.partial) and user_init.func is _start_worker:

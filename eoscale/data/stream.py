@@ -253,6 +253,7 @@ class TileStream(IterableDataset):
         self.pad = not shuffle  # training drops at most W-1 tiles (W more to avoid a batch of one), evaluation repeats at most W-1 (partition.py)
         self._readers: tuple | None = None  # (pid, images, labels, complete) of the process that opened them
         self.handover: Handover | None = None  # set in TileLoader's workers only
+        self.private_shared = False  # TileLoader sets it: allocate worker batches in shared memory directly
 
     @property
     def tiles_per_rank(self) -> int:
@@ -328,8 +329,9 @@ class TileStream(IterableDataset):
             x, y, tile, turn, batch = self.handover.take(n, channels, size, labels=self.labels, turns=self.augment,
                                                          batch_size=self.batch_size)
         else:
-            image = shared_empty((n, channels, size, size), torch.uint16)
-            label = shared_empty((n, size, size), torch.uint8) if self.labels else None
+            empty = shared_empty if self.private_shared else torch.empty
+            image = empty((n, channels, size, size), dtype=torch.uint16)
+            label = empty((n, size, size), dtype=torch.uint8) if self.labels else None
             tile, turn = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint8) if self.augment else None
             x, y = image.numpy(), None if label is None else label.numpy()
             batch = ({"image": image, "tile": torch.from_numpy(tile)} | ({"label": label} if self.labels else {})

@@ -109,6 +109,24 @@ def test_torch_is_within_the_range_the_hooks_were_checked_against():
     assert not handover.torch_checked("2.13.9")
 
 
+def test_shared_memory_off_uses_no_private_allocator(store, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("UntypedStorage._new_shared called with shared_memory=False")
+
+    monkeypatch.setattr(torch.UntypedStorage, "_new_shared", refuse)  # forked workers inherit it
+    for options in ({"shared_memory": False}, {"shared_memory": False, "labels": False}):
+        dm = TileDataModule(store, batch_size=4, num_workers=1, seed=3, **options)
+        dm.setup("fit")
+        assert sum(len(b["tile"]) for b in dm.train_dataloader()) > 0
+    dm = TileDataModule(store, batch_size=4, num_workers=1, seed=3)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    loader.handover = None  # the plain path with the switch on: it does allocate there (the test can fail)
+    loader.dataset.private_shared = True
+    with pytest.raises(Exception, match="_new_shared called"):
+        list(torch.utils.data.DataLoader(loader.dataset, batch_size=None, num_workers=1))
+
+
 @pytest.mark.parametrize("switch", ["shared_memory", "direct_decode"])
 def test_each_switch_leaves_tile_order_and_batches_unchanged(store, switch):
     def batches(**options):
