@@ -39,9 +39,9 @@ import zarr
 from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale import schema
-from eoscale.errors import StoreError
 from eoscale.data.handover import Handover, shared_empty
 from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length
+from eoscale.errors import StoreError
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page of the file at once
 _EMPTY = 2**64 - 1  # a shard index entry of two of these marks a chunk never written (it reads as fill_value)

@@ -4,8 +4,9 @@ The modules, in the order a scene goes through them: `model` (checkpoint → net
 `windows` (the window grid), `predict` (the window loop), `blend` (weights and the row accumulator),
 `outputs` and `areas` (COGs, quick-look, area table), `run` (the recipe over scenes and processes),
 `distributed` (ranks, spawning, waiting), `summary` and `tracking` (console and MLflow), `evaluate`
-(accuracy on a tile store's split), `command` (`eoscale predict`).
+(accuracy on a tile store's split), `config` (every option of a run, no torch), `command` (`eoscale predict`).
 
-    from eoscale.infer.run import PredictConfig, predict
+    from eoscale.infer.config import PredictConfig
+    from eoscale.infer.run import predict
     result = predict(PredictConfig(checkpoint="best.ckpt", inputs=["scene.tif"], output="maps"))
 """

@@ -16,16 +16,13 @@ handed out. Memory is therefore bounded by the column tile's width, whatever the
 
 from __future__ import annotations
 
-from typing import Literal
-
 import numpy as np
 import torch
 from torch import Tensor
 
+from eoscale.infer.config import RAMPS, Ramp
 from eoscale.infer.windows import AxisGrid, Span, WindowGrid
 
-Ramp = Literal["cosine", "linear"]
-RAMPS = ("cosine", "linear")
 SPARE_ROWS = 4
 
 

@@ -20,7 +20,7 @@ The loop sweeps one column tile of the scene at a time (`WindowGrid.column_tiles
 of column blocks plus the window columns of halo the first block needs. Memory therefore does not depend on
 the scene's size: it grows with the tile's width by `bytes_per_column` (the rows the accumulator keeps, the
 strips read ahead and the blocks on their way out), at most about 96 KB per column for 10 bands, 10 classes
-and 128-px windows at overlap 0.25, i.e. ~400 MB for the default `COLUMN_TILE` of 4,096 columns, on top of
+and 128-px windows at overlap 0.25, i.e. ~400 MB for the default `eoscale.infer.config.COLUMN_TILE` of 4,096 columns, on top of
 what does not depend on the scene (model, batch, libraries, GDAL's block cache). The price is the halo: a
 scene wider than a tile computes one window column (at overlap ≤ 0.5) twice per tile boundary, about 2 %
 more forward passes at the defaults.
@@ -45,13 +45,13 @@ from torch import Tensor, nn
 
 from eoscale.contract import BandContract
 from eoscale.errors import InputError
-from eoscale.infer.blend import SPARE_ROWS, Ramp, RowAccumulator
+from eoscale.infer.blend import SPARE_ROWS, RowAccumulator
+from eoscale.infer.config import Ramp
 from eoscale.infer.windows import Span, WindowGrid, even_ranges
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene
 
 T = TypeVar("T")
-COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at ~bytes_per_column × this
 READ_AHEAD = 2  # strips read and waiting for the model, beyond the one being read
 STRIPS_IN_FLIGHT = READ_AHEAD + 2  # + the one being read + the one in the model
 BLOCKS_IN_FLIGHT = 4  # waiting to be written (the part writer's handoff depth 2), being written, being finished

@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -26,7 +26,7 @@ import torch
 
 from eoscale.errors import InputError
 from eoscale.infer.areas import AreaCounter, area_table, pixel_area_m2, row_areas_m2, write_area_table
-from eoscale.infer.blend import RAMPS
+from eoscale.infer.config import PredictConfig, check_config
 from eoscale.infer.distributed import (
     Heartbeat,
     Peers,
@@ -53,33 +53,11 @@ from eoscale.infer.outputs import (
     write_cog,
     write_quicklook,
 )
-from eoscale.infer.predict import COLUMN_TILE, handoff, predict_blocks, reading_threads
+from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.sources import Scene, expand_paths, open_scene
 
 WORK_DIR = ".eoscale-predict"
-
-
-@dataclass(frozen=True)
-class PredictConfig:
-    """Everything one prediction run needs (the command line's options, as data)."""
-
-    checkpoint: str
-    inputs: list[str]
-    output: str
-    adapter: str | None = None
-    window: int | None = None  # default: the checkpoint's tile size
-    overlap: float = 0.25
-    batch_size: int = 16
-    column_tile: int = COLUMN_TILE  # widest sweep in columns, halo included (bounds memory; not the map)
-    readers: int | None = None  # threads reading each process's strips; default: predict.reading_threads
-    devices: int = 1
-    device: str = "auto"  # auto | cpu | cuda
-    confidence: bool = False
-    overwrite: bool = False
-    band_names: list[str] | None = None
-    ramp: str = "cosine"
-    progress: bool = True
 
 
 @dataclass
@@ -157,27 +135,6 @@ def _tidy_left_overs(root: Path, *, keep: str) -> None:
         print(f"eoscale predict: removed {folder}, left by an interrupted run", file=sys.stderr)
 
 
-def check_config(config: PredictConfig) -> None:
-    if config.window is not None:
-        check_window(config.window, config.overlap)
-    elif not 0.0 <= config.overlap < 1.0:
-        raise InputError(f"--overlap {config.overlap}: give a fraction of the window in [0, 1), e.g. 0.25")
-    if config.batch_size < 1:
-        raise InputError(f"--batch-size {config.batch_size}: give at least 1")
-    if config.column_tile < 1:
-        raise InputError(f"--column-tile {config.column_tile}: give a number of columns, e.g. {COLUMN_TILE}")
-    if config.readers is not None and config.readers < 1:
-        raise InputError(f"--readers {config.readers}: give at least 1 reading thread")
-    if config.devices < 1:
-        raise InputError(f"--devices {config.devices}: give at least 1")
-    if config.ramp not in RAMPS:
-        raise InputError(f"ramp={config.ramp!r} is not one of {', '.join(RAMPS)}")
-    if config.device not in ("auto", "cpu", "cuda"):
-        raise InputError(f"--device {config.device!r} is not one of auto, cpu, cuda")
-    if config.device == "cuda" and not torch.cuda.is_available():
-        raise InputError("--device cuda: no CUDA device is visible to this process")
-
-
 def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool = True) -> Plan:
     """Load the model, open and check every scene (and, if `outputs`, every scene's outputs); raises the
     first user error found."""
@@ -211,15 +168,19 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
     """This process's share of the run: its parts of scenes, and the scenes it finalises."""
     work = Path(config.output) / WORK_DIR / run_id
     try:
-        # a heartbeat, so that a process waiting for this one finds out if it dies (eoscale.infer.distributed),
-        # also for a run of one process: it tells a later run that this folder is in use
-        with Heartbeat(work, rank) as heartbeat:
+        with ExitStack() as stack:
+            # a heartbeat, so that a process waiting for this one finds out if it dies (eoscale.infer.distributed)
+            heartbeat = stack.enter_context(Heartbeat(work, rank)) if world > 1 else None
             plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False)
             tasks = deal(plan.scenes, rank, world)
             # only the process that finalises a scene checks its outputs: another may finish its own scene (and
             # write its outputs) before this one gets here
             check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank])
             Path(config.output).mkdir(parents=True, exist_ok=True)
+            if heartbeat is None:
+                # a run of one process beats too, once its inputs are known good: it tells a later run into the
+                # same folder that this work folder is in use
+                heartbeat = stack.enter_context(Heartbeat(work, rank))
             windows = [_part_windows(plan, s, part, parts) for s, part, parts, _ in tasks]
             km2 = sum(w / plan.grid(s).count * _scene_km2(s) for w, (s, *_) in zip(windows, tasks, strict=True))
             with _progress(config.progress and rank == 0, sum(windows), km2) as bar:

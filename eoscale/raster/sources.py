@@ -156,7 +156,7 @@ def open_scene(path: str, *, band_names: list[str] | None = None) -> Scene:
             raise InputError(f"{path!r} names a band twice: {', '.join(names)}")
         return Scene(
             id=Path(path).stem,
-            bands=tuple(BandFile(n, path, i) for i, n in zip(data, names)),
+            bands=tuple(BandFile(n, path, i) for i, n in zip(data, names, strict=True)),
             crs=crs,
             transform=src.transform,
             width=src.width,

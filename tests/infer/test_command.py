@@ -89,9 +89,3 @@ def _store(folder: Path) -> Path:
     ingest(scenes, folder / "tiles.zarr", labels=labels, classes=str(folder / "classes.csv"), tile_size=32,
            shard_tiles=8, split_block=1, workers=1, progress=False)
     return folder / "tiles.zarr"
-
-
-def test_the_column_tile_default_is_the_window_loops():
-    from eoscale.infer import command, predict
-
-    assert command.COLUMN_TILE == predict.COLUMN_TILE
