@@ -22,6 +22,11 @@ CODES = np.array([10, 30, 40, 80], dtype=np.uint8)
 CLASSES_CSV = "code,name,color\n10,Tree cover,#006400\n30,Grassland,#ffff4c\n40,Cropland,#f096ff\n80,Permanent water bodies,#0064c8\n"
 
 
+def class_of_pixels(raw_b02: np.ndarray) -> np.ndarray:
+    """The class index that `write_scene` encoded in a raw B02 value (900 per class, noise below 400)."""
+    return (np.asarray(raw_b02) // 900 - 1).astype(np.int64)
+
+
 def class_map(height: int, width: int, seed: int) -> np.ndarray:
     """Blocky class indices 0..3 (into CODES), shifted by the seed."""
     rows = (np.arange(height) + 7 * seed) // 37

@@ -3,7 +3,8 @@
     eoscale bench loader runs/tiles.zarr --workers 4 --batch-size 64 --seconds 20
 
 Every figure reads the store's 'train' split with the same number of processes (`--workers`) for about
-`--seconds` each; MB/s counts uncompressed image and label bytes (uint16 bands, uint8 labels). Beside the
+`--seconds` each, `--repeats` times in alternating order (forwards, backwards, …), and is the median of its
+runs (every run's rate is recorded beside it); MB/s counts uncompressed image and label bytes (uint16 bands, uint8 labels). Beside the
 tiles per second of wall time, the loader and the decode-only limit report tiles per CPU second (all their
 processes, start-up included): on a machine that other work shares, the loader's main process makes it one
 process more than the baseline's, and so it gets a larger share of the cores; the CPU figures and their
@@ -17,6 +18,11 @@ ratio (`cpu_ratios`) do not depend on that.
   process, which then takes a core from the workers (2 shared cores: 3,600–4,100 tiles/s against 4,500–7,600
   compact), while in training it runs on the GPU and costs the loader nothing. Both are printed, and
   `ratio_loader` says which;
+- the two switches over private internals, each a "compact" loader with one of them off: `shared_memory=False`
+  (plain DataLoader hand-over) and `direct_decode=False` (the loader's whole-shard reads through zarr's public
+  API instead of its direct decoder); and whole shards through zarr alone, no loader ("zarr_shards": the same
+  reads `direct_decode=False` makes, without the shuffle buffer and hand-over), so that each switch's worth
+  is measured, not assumed;
 - decode-only limit: the same stored chunks, already in memory, decoded with the same codec in a tight loop;
   goal: the loader reaches at least 0.5 of it;
 - random tiles through zarr: one tile (image and label) per read, at random; goal: the loader is 3× faster;
@@ -56,16 +62,20 @@ def bench_loader(
     batch_size: int = 32,
     seconds: float = 10.0,
     seed: int = 0,
+    repeats: int = 3,
     torchgeo: bool | None = None,
     show: bool = True,
 ) -> dict:
     """Measure the training loader of `store` and the baselines; print a table (with `show`) and return the
-    figures: one entry per method with `tiles_per_s`, `mb_per_s`, `processes`, plus `ratios` (loader ÷
-    baseline) and `goals`. `torchgeo=None` measures TorchGeo when it can be imported, True requires it."""
+    figures: one entry per method with `tiles_per_s`, `mb_per_s`, `processes` (the median of `repeats`
+    measurements taken in alternating order, each one's rate in `tiles_per_s_runs`), plus `ratios` (loader ÷
+    baseline), `switches_vs_compact` and `goals`. `torchgeo=None` measures TorchGeo when it can be imported, True
+    requires it."""
     from eoscale.data.store import read_store_attrs
 
-    if workers < 0 or batch_size < 1 or seconds <= 0:
-        raise InputError(f"need workers ≥ 0, batch_size ≥ 1 and seconds > 0, got {workers}, {batch_size}, {seconds}")
+    if workers < 0 or batch_size < 1 or seconds <= 0 or repeats < 1:
+        raise InputError(f"need workers ≥ 0, batch_size ≥ 1, seconds > 0 and repeats ≥ 1, got {workers}, {batch_size}, "
+                         f"{seconds}, {repeats}")
     store = str(store)
     attrs = read_store_attrs(store)
     tile_size, bands = int(attrs[schema.ATTR_TILE_SIZE]), len(attrs[schema.ATTR_BANDS])
@@ -77,38 +87,55 @@ def bench_loader(
 
     import eoscale.data.datamodule  # noqa: F401  (imported before any CPU time is counted: torch, Lightning)
 
-    results: dict[str, dict | None] = {}
-    # the two switches over private internals (TileDataModule's Args), each against "loader_compact"
-    for key, normalise, options in (("loader", True, {}), ("loader_compact", False, {}),
-                                    ("shared_memory_off", False, {"shared_memory": False}),
-                                    ("direct_decode_off", False, {"direct_decode": False})):
-        with _cpu_seconds() as cpu:
-            results[key] = _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed,
-                                   normalise=normalise, **options)
-            # LightningDataModule.save_hyperparameters keeps its caller's frames, and so the loaders, in a
-            # reference cycle: collect them now, so that their workers stop (and count) here, not in the forked
-            # baseline processes
-            gc.collect()
-        results[key]["tiles_per_cpu_s"] = results[key]["tiles"] / cpu()
-    with _cpu_seconds() as cpu:
-        results["decode_only"] = _pool(_decode_worker, store, split, processes, seconds, seed)
-    if results["decode_only"]:
-        results["decode_only"]["tiles_per_cpu_s"] = results["decode_only"]["tiles"] / cpu()
-    results["random_zarr"] = _pool(_random_worker, store, split, processes, seconds, seed)
+    def loader(normalise: bool, **options):
+        return lambda: _loader(store, workers=workers, batch_size=batch_size, seconds=seconds, seed=seed,
+                               normalise=normalise, **options)
+
     scenes = _scene_paths(store, attrs)
-    results["rasterio_windows"] = (
-        _pool(_window_worker, scenes, tile_size, processes, seconds, seed) if scenes else None
-    )
-    results["torchgeo"] = None
+    # name -> (measure, whether its CPU seconds are counted); the two switches over private internals
+    # (TileDataModule's Args) are each read against "loader_compact", and "direct_decode_off" against
+    # "zarr_shards", the same whole-shard reads through zarr alone
+    methods = {
+        "loader": (loader(True), True),
+        "loader_compact": (loader(False), True),
+        "shared_memory_off": (loader(False, shared_memory=False), True),
+        "direct_decode_off": (loader(False, direct_decode=False), True),
+        "zarr_shards": (lambda: _pool(_shard_worker, store, split, processes, seconds, seed), True),
+        "decode_only": (lambda: _pool(_decode_worker, store, split, processes, seconds, seed), True),
+        "random_zarr": (lambda: _pool(_random_worker, store, split, processes, seconds, seed), False),
+    }
+    if scenes:
+        methods["rasterio_windows"] = (lambda: _pool(_window_worker, scenes, tile_size, processes, seconds, seed), False)
     if torchgeo or (torchgeo is None and _has_torchgeo()):
         if not scenes:
             raise InputError(f"the source scenes of {store!r} are not where its attributes say: cannot run TorchGeo")
-        results["torchgeo"] = _torchgeo(scenes, tile_size, workers=workers, batch_size=batch_size, seconds=seconds,
-                                        seed=seed)
+        methods["torchgeo"] = (lambda: _torchgeo(scenes, tile_size, workers=workers, batch_size=batch_size,
+                                                 seconds=seconds, seed=seed), False)
+    samples: dict[str, list[dict | None]] = {name: [] for name in methods}
+    for repeat in range(repeats):
+        # the sides alternate: forwards, then backwards, so that no method always runs on a warmer (or busier)
+        # machine than another (this VM drifts by ±20 % between runs)
+        for name in list(methods) if repeat % 2 == 0 else list(methods)[::-1]:
+            measure, count_cpu = methods[name]
+            with _cpu_seconds() as cpu:
+                entry = measure()
+                # LightningDataModule.save_hyperparameters keeps its caller's frames, and so the loaders, in a
+                # reference cycle: collect them now, so that their workers stop (and count) here, not in the
+                # forked baseline processes
+                gc.collect()
+            if entry is not None and count_cpu:
+                entry["tiles_per_cpu_s"] = entry["tiles"] / cpu()
+            samples[name].append(entry)
+    results: dict[str, dict | None] = {"torchgeo": None, "rasterio_windows": None}
+    results.update({name: _median(runs) for name, runs in samples.items()})
     for entry in results.values():
         if entry is not None:
             entry["mb_per_s"] = entry["tiles_per_s"] * tile_bytes / 1e6
     ratio_loader = "loader" if results["loader"]["device"] != "cpu" else "loader_compact"
+    switches = {"shared_memory_off": results["shared_memory_off"]["tiles_per_s"] / results["loader_compact"]["tiles_per_s"],
+                "direct_decode_off": results["direct_decode_off"]["tiles_per_s"] / results["loader_compact"]["tiles_per_s"],
+                "zarr_shards": (results["zarr_shards"]["tiles_per_s"] / results["loader_compact"]["tiles_per_s"]
+                                if results["zarr_shards"] else None)}
     loader = results[ratio_loader]["tiles_per_s"]
     source = results["torchgeo"] or results["rasterio_windows"]
     ratios = {
@@ -121,7 +148,7 @@ def bench_loader(
                   for key in ("loader", "loader_compact")}
     report = {
         "store": store, "tile_size": tile_size, "bands": bands, "batch_size": batch_size, "workers": workers,
-        "seconds": seconds, **results, "source_windows": "torchgeo" if results["torchgeo"] else "rasterio_windows",
+        "seconds": seconds, "repeats": repeats, **results, "switches_vs_compact": switches, "source_windows": "torchgeo" if results["torchgeo"] else "rasterio_windows",
         "ratio_loader": ratio_loader, "ratios": ratios, "cpu_ratios": cpu_ratios, "goals": dict(GOALS),
     }
     if show:
@@ -163,6 +190,18 @@ def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: 
         torch.set_num_threads(threads)
     return {"tiles_per_s": tiles / elapsed, "tiles": tiles, "epochs": epochs,
             "device": device.type if normalise else None, "processes": max(workers, 1)}
+
+
+def _median(runs: list[dict | None]) -> dict | None:
+    """The run of median tiles/s (the lower middle one of an even count), with every run's rate beside it."""
+    if any(r is None for r in runs):
+        return None
+    ordered = sorted(runs, key=lambda r: r["tiles_per_s"])
+    middle = dict(ordered[(len(ordered) - 1) // 2])
+    middle["tiles_per_s_runs"] = [r["tiles_per_s"] for r in runs]
+    if all("tiles_per_cpu_s" in r for r in runs):
+        middle["tiles_per_cpu_s"] = float(np.median([r["tiles_per_cpu_s"] for r in runs]))
+    return middle
 
 
 @contextlib.contextmanager
@@ -215,6 +254,27 @@ def _decode_worker(store: str, split: tuple[int, int], share: int, shares: int, 
             images.decode(image, image_out)
             labels.decode(label, label_out)
         tiles += len(chunks)
+    return tiles, time.perf_counter() - started
+
+
+def _shard_worker(store: str, split: tuple[int, int], share: int, shares: int, seconds: float, seed: int):
+    """Whole shards through zarr's public API alone (`array[start:stop]` a shard at a time, images and labels),
+    in a random shard order, this process's share of them: what the loader's shard reads cost without it."""
+    import zarr
+
+    images = zarr.open_array(str(Path(store) / schema.IMAGES), mode="r")
+    labels = zarr.open_array(str(Path(store) / schema.LABELS), mode="r")
+    per_shard = int(images.shards[0]) if images.shards else int(images.chunks[0])
+    shards = list(range(split[0] // per_shard, -(-split[1] // per_shard)))[share::shares]
+    if not shards:
+        return None
+    rng = np.random.default_rng([seed, share, 2])
+    tiles, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        for k in rng.permutation(shards).tolist():
+            start, stop = max(split[0], k * per_shard), min(split[1], (k + 1) * per_shard)
+            images[start:stop], labels[start:stop]
+            tiles += stop - start
     return tiles, time.perf_counter() - started
 
 
@@ -355,7 +415,9 @@ def _print_table(report: dict) -> None:
     rows = [(f"loader (normalised on {report['loader']['device']})", "loader", None),
             ("loader, compact batches", "loader_compact", None),
             ("  compact, shared_memory=False", "shared_memory_off", None),
-            ("  compact, direct_decode=False", "direct_decode_off", None), ("decode-only limit", "decode_only", "decode_only"),
+            ("  compact, direct_decode=False (whole shards via zarr)", "direct_decode_off", None),
+            ("whole shards via zarr, no loader", "zarr_shards", None),
+            ("decode-only limit", "decode_only", "decode_only"),
             ("random tiles (zarr)", "random_zarr", "random_zarr"),
             ("TorchGeo RandomGeoSampler", "torchgeo", "source_windows" if report["torchgeo"] else None),
             ("rasterio windows", "rasterio_windows", None if report["torchgeo"] else "source_windows")]
@@ -364,13 +426,13 @@ def _print_table(report: dict) -> None:
         if entry is None:
             continue
         ratio = report["ratios"][ratio_key] if ratio_key else None
-        if key == "rasterio_windows" and ratio is None:
+        if key in ("rasterio_windows", "shared_memory_off", "direct_decode_off", "zarr_shards") and ratio is None:
             ratio = report[used]["tiles_per_s"] / entry["tiles_per_s"]
         cpu = entry.get("tiles_per_cpu_s")
         table.add_row(
             label + (" ← ratios" if key == used else ""), str(entry["processes"]), f"{entry['tiles_per_s']:,.0f}",
             f"{entry['mb_per_s']:,.1f}", "" if cpu is None else f"{cpu:,.0f}",
-            "" if ratio is None or key.startswith("loader") else f"{ratio:.2f}",
+            "" if ratio is None or key in ("loader", "loader_compact") else f"{ratio:.2f}",
             f"≥ {GOALS[ratio_key]:g}" if ratio_key else "",
         )
     console = Console()
@@ -389,13 +451,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0, help="time spent on each measurement")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="measurements of each method, in alternating order; the figures are their medians "
+                             "(default: %(default)s)")
     parser.add_argument("--no-torchgeo", action="store_true", help="skip TorchGeo even when it is installed")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
     report = bench_loader(args.store, workers=args.workers, batch_size=args.batch_size, seconds=args.seconds,
-                          seed=args.seed, torchgeo=False if args.no_torchgeo else None)
+                          seed=args.seed, repeats=args.repeats, torchgeo=False if args.no_torchgeo else None)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     if getattr(args, "record", ""):  # `eoscale bench` adds --record

@@ -10,10 +10,14 @@ from eoscale.bench.loader import _gdal_cache_dropper, _libgdal, bench_loader, co
 
 
 def test_bench_loader_returns_every_figure(store):
-    report = bench_loader(store, workers=1, batch_size=8, seconds=0.3, torchgeo=False, show=False)
-    for key in ("loader", "loader_compact", "shared_memory_off", "direct_decode_off", "decode_only", "random_zarr",
-                "rasterio_windows"):
+    report = bench_loader(store, workers=1, batch_size=8, seconds=0.2, repeats=2, torchgeo=False, show=False)
+    for key in ("loader", "loader_compact", "shared_memory_off", "direct_decode_off", "zarr_shards", "decode_only",
+                "random_zarr", "rasterio_windows"):
         assert report[key]["tiles_per_s"] > 0 and report[key]["mb_per_s"] > 0 and report[key]["processes"] == 1
+        runs = report[key]["tiles_per_s_runs"]
+        assert len(runs) == 2 and report[key]["tiles_per_s"] == min(runs)  # the lower middle of two
+    assert report["repeats"] == 2 and set(report["switches_vs_compact"]) == {"shared_memory_off", "direct_decode_off",
+                                                                             "zarr_shards"}
     assert report["torchgeo"] is None and report["source_windows"] == "rasterio_windows"
     assert set(report["ratios"]) == set(report["goals"]) == {"decode_only", "random_zarr", "source_windows"}
     assert all(r > 0 for r in report["ratios"].values())
@@ -54,4 +58,5 @@ def test_command_line_options():
     parser = argparse.ArgumentParser()
     configure(parser)
     args = parser.parse_args(["tiles.zarr", "--workers", "3", "--seconds", "1", "--no-torchgeo"])
-    assert (args.store, args.workers, args.seconds, args.no_torchgeo, args.batch_size) == ("tiles.zarr", 3, 1.0, True, 32)
+    assert (args.store, args.workers, args.seconds, args.no_torchgeo, args.batch_size, args.repeats) == (
+        "tiles.zarr", 3, 1.0, True, 32, 3)

@@ -164,7 +164,7 @@ def test_empty_split_is_refused_and_empty_val_turns_validation_off(store, tmp_pa
 
 
 def test_batch_larger_than_a_rank_share_is_refused(store):
-    with pytest.raises(InputError, match=r"batch_size=1000 is larger .* use a batch size of at most 196"):
+    with pytest.raises(InputError, match=r"batch_size=1000 is larger .* use a batch size of at most 200"):
         TileDataModule(store, batch_size=1000).setup("fit")
 
 

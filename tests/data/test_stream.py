@@ -15,7 +15,8 @@ from eoscale import schema
 from eoscale.data import TileDataModule, augment, open_store, stream
 from eoscale.data.augment import dihedral
 from eoscale.data.stream import ShardReader
-from tests.data.conftest import BANDS, class_of_pixels
+from tests.data.conftest import BANDS
+from tests.rasters import class_of_pixels
 
 
 @pytest.mark.parametrize("array", [schema.IMAGES, schema.LABELS])
