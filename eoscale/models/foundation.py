@@ -15,7 +15,8 @@ Three layouts are read (nothing downloads):
 - an MAE checkpoint whose encoder sits under `encoder.` or `model.encoder.` (inside a `state_dict` or `model`
   wrapper), as Prithvi's come, with a temporal patch embedding (D, C, T, p, p): its T frames are averaged
   into one 2-D filter, and a position embedding over T×h×w tokens is averaged over T;
-  `source="prithvi"` names its six HLS bands (B02, B03, B04, B8A, B11, B12);
+  the Prithvi presets (`prithvi-eo-1.0-100m`, alias `prithvi`; `prithvi-eo-2.0-300m`, `prithvi-eo-2.0-600m`)
+  name their six HLS bands (B02, B03, B04, B8A, B11, B12) and declare each file's key layout;
 - eoscale's own backbone export (`eoscale pretrain`): a safetensors file whose metadata carries the band
   contract (bands, wavelengths, normalisation, patch and image size, timm model name) - no `source` needed.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,6 +71,10 @@ class Preset:
         return asdict(self)
 
 
+_HLS = ("B02", "B03", "B04", "B8A", "B11", "B12")  # HLS blue, green, red, narrow NIR, SWIR 1, SWIR 2
+_PRITHVI_V2_MEAN = (1087.0, 1342.0, 1433.0, 2734.0, 1958.0, 1363.0)
+_PRITHVI_V2_STD = (2248.0, 2179.0, 2178.0, 1850.0, 1242.0, 1049.0)
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
@@ -83,10 +89,14 @@ PRESETS: dict[str, Preset] = {
             std=None,
             source="SSL4EO-S12 (Wang et al. 2022) ViT MAE: timm-keyed, all 13 Sentinel-2 L1C bands in band order",
         ),
+        # Prithvi (IBM/NASA, HLS bands). Layouts and statistics as TerraTorch reads the published files
+        # (terratorch/models/backbones/prithvi_vit.py): EO-1.0 keeps the MAE's keys at the top level (encoder and
+        # decoder_* side by side), EO-2.0 under "encoder."/"decoder."; patch embeddings (D, 6, 1, p, p) with a
+        # tubelet of one frame; fixed 3-D sin-cos position embeddings over num_frames × (224/p)² tokens.
         Preset(
-            name="prithvi",
-            bands=("B02", "B03", "B04", "B8A", "B11", "B12"),
-            key_prefix="model.encoder.",
+            name="prithvi-eo-1.0-100m",
+            bands=_HLS,
+            key_prefix="",
             temporal_patch=True,
             model="vit_base_patch16_224",
             patch_size=16,
@@ -94,11 +104,37 @@ PRESETS: dict[str, Preset] = {
                   2497.2022620507532, 2204.2139147975554, 1610.8324823273745),
             std=(1281.526139861424, 1270.0297974547493, 1399.4802505642526,
                  1368.3446143747644, 1291.6764008585435, 1154.505683480695),
-            source="Prithvi (IBM/NASA) MAE checkpoint: encoder under 'model.encoder.', six HLS bands, "
-                   "temporal patch embedding",
+            source="Prithvi-EO-1.0-100M (Prithvi_EO_V1_100M.pt): ViT-B/16 MAE, keys at the top level, 3 frames",
+        ),
+        Preset(
+            name="prithvi-eo-2.0-300m",
+            bands=_HLS,
+            key_prefix="encoder.",
+            temporal_patch=True,
+            model="vit_large_patch16_224",
+            patch_size=16,
+            mean=_PRITHVI_V2_MEAN,
+            std=_PRITHVI_V2_STD,
+            source="Prithvi-EO-2.0-300M (Prithvi_EO_V2_300M.pt, also -TL): ViT-L/16 MAE, encoder under 'encoder.'",
+        ),
+        Preset(
+            name="prithvi-eo-2.0-600m",
+            bands=_HLS,
+            key_prefix="encoder.",
+            temporal_patch=True,
+            model="vit_huge_patch14_224",
+            patch_size=14,
+            mean=_PRITHVI_V2_MEAN,
+            std=_PRITHVI_V2_STD,
+            source="Prithvi-EO-2.0-600M (Prithvi_EO_V2_600M.pt, also -TL): ViT-H/14 MAE, encoder under 'encoder.'",
         ),
     )
 }
+# Earlier names, kept so configs that use them still load: "prithvi" was the EO-1.0 layout.
+PRESET_ALIASES = {"prithvi": "prithvi-eo-1.0-100m"}
+# Pretraining-only tensors of an MAE file: never part of the encoder, dropped rather than reported as unexpected.
+MAE_ONLY = ("decoder", "mask_token")
+PRESET_IMAGE_SIZE = 224  # the image size every preset's position embedding was made for
 # Without a preset: the containers and key prefixes a plain, wrapped or eoscale-trained ViT's keys come under.
 CONTAINERS = ("state_dict", "model", "module")
 GENERIC_PREFIXES = ("model.encoder.", "encoder.", "backbone.net.", "model.backbone.", "backbone.", "module.")
@@ -133,7 +169,7 @@ class FoundationWeights:
     """A `weights_transform` for `build_model` / `create_backbone` that maps a foundation file's bands.
 
     `bands` are the target (the store's) band names in order; `source` the file's band names, a preset
-    name (`ssl4eo-s12`, `prithvi`), or None to read them from an eoscale export's metadata. After loading,
+    name (`ssl4eo-s12`, a `prithvi-…` one), or None to read them from an eoscale export's metadata. After loading,
     `report` says what was mapped.
     """
 
@@ -227,7 +263,7 @@ def preset_state(state: Mapping[str, Tensor], preset: Preset, *, path: str | Pat
         found = [k for k in state if k.endswith(PATCH_KEY)] or sorted(state)[:3]
         raise InputError(f"{where}: expected key {key!r}, found {', '.join(map(repr, found)) or 'no keys'}")
     n = len(preset.key_prefix)
-    state = {k[n:]: v for k, v in state.items() if k.startswith(preset.key_prefix)}
+    state = {k[n:]: v for k, v in state.items() if k.startswith(preset.key_prefix) and not k[n:].startswith(MAE_ONLY)}
     patch = state[PATCH_KEY]
     ndim = 5 if preset.temporal_patch else 4
     expected = f"(D, {len(preset.bands)}, {'T, ' if preset.temporal_patch else ''}{preset.patch_size}, {preset.patch_size})"
@@ -235,15 +271,14 @@ def preset_state(state: Mapping[str, Tensor], preset: Preset, *, path: str | Pat
             or tuple(patch.shape[-2:]) != (preset.patch_size, preset.patch_size)):
         raise InputError(f"{where}: expected {PATCH_KEY} of shape {expected}, found {tuple(patch.shape)}")
     fmt = f"{preset.name} preset"
-    if preset.temporal_patch:
-        fmt = "Prithvi-style MAE encoder" if preset.name == "prithvi" else fmt
-    state, notes = _flatten_time(state)
+    state, notes = _flatten_time(state, grid=(PRESET_IMAGE_SIZE // preset.patch_size) ** 2)
     return state, fmt, notes
 
 
 def get_preset(name: str) -> Preset:
     """The declared preset `name`; an `InputError` listing the known ones otherwise."""
     key = name.strip().lower()
+    key = PRESET_ALIASES.get(key, key)
     if key not in PRESETS:
         raise InputError(f"weights bands preset {name!r} is not one of {', '.join(PRESETS)}; or give a list of band names")
     return PRESETS[key]
@@ -257,21 +292,39 @@ def _unwrap(state: Mapping[str, Any]) -> dict[str, Any]:
     return state
 
 
-def _flatten_time(state: dict[str, Tensor]) -> tuple[dict[str, Tensor], list[str]]:
-    """A temporal patch embedding averaged into one 2-D filter (and its position embedding over time)."""
+def _flatten_time(state: dict[str, Tensor], *, grid: int | None = None) -> tuple[dict[str, Tensor], list[str]]:
+    """A temporal patch embedding averaged into one 2-D filter, and its position embedding over time.
+
+    The frames of the position embedding are not the patch's T (Prithvi's tubelet is one frame while its
+    embedding covers 3 or 4 frames): they are the embedding's tokens over the `grid` tokens of one frame where
+    the layout declares it, else the patch's T.
+    """
     notes: list[str] = []
     patch = state[PATCH_KEY]
     if patch.ndim == 5:  # (D, C, T, p, p): a temporal patch embedding (Prithvi); one frame in, so average
-        frames = patch.shape[2]
         state[PATCH_KEY] = patch.mean(dim=2)
-        notes.append(f"temporal patch embedding averaged over {frames} frame(s)")
+        notes.append(f"temporal patch embedding averaged over {patch.shape[2]} frame(s)")
         pos = state.get("pos_embed")
-        if pos is not None and frames > 1 and (pos.shape[1] - 1) % frames == 0:
+        tokens = pos.shape[1] - 1 if pos is not None else 0  # after the class token
+        frames = tokens // grid if grid and tokens % grid == 0 else _frames_of(tokens, patch.shape[2])
+        if pos is not None and frames > 1 and tokens % frames == 0:
             cls, grid = pos[:, :1], pos[:, 1:]
             grid = grid.reshape(pos.shape[0], frames, -1, pos.shape[-1]).mean(dim=1)
             state["pos_embed"] = torch.cat([cls, grid], dim=1)
             notes.append("position embedding averaged over time")
     return state, notes
+
+
+def _frames_of(tokens: int, patch_frames: int) -> int:
+    """The frames of a position embedding of `tokens` tokens (no class token) whose layout is not declared: one
+    if they make a square grid, else the fewest frames of a square grid each (3 × 14² for Prithvi EO-1.0), else
+    the patch embedding's T."""
+    if math.isqrt(tokens) ** 2 == tokens:
+        return 1
+    for frames in range(2, 17):
+        if tokens % frames == 0 and math.isqrt(tokens // frames) ** 2 == tokens // frames:
+            return frames
+    return patch_frames
 
 
 def map_bands(

@@ -125,7 +125,7 @@ class SegmentationTask(BaseTask):
         drop_path_rate, dropout: regularisation of the backbone and the decoder.
         weights: a local state-dict file for the backbone (nothing downloads); a ViT's patch embedding is
             mapped onto the store's bands by name (`eoscale.models.foundation`).
-        weights_bands: the band names of `weights`' input channels, or a preset (`ssl4eo-s12`, `prithvi`);
+        weights_bands: the band names of `weights`' input channels, or a preset (`ssl4eo-s12`, `prithvi-eo-1.0-100m`, `prithvi-eo-2.0-300m`, `prithvi-eo-2.0-600m`);
             not needed for eoscale's own backbone exports, which carry them.
         finetune_from: an eoscale checkpoint whose model weights start this run; its band contract must
             match the store.

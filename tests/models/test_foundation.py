@@ -44,24 +44,47 @@ def test_ssl4eo_timm_layout_reorders_drops_and_resamples(tmp_path):
     assert "4/4 bands copied" in report.summary()
 
 
-def test_prithvi_layout_temporal_prefixed_and_filled(tmp_path):
+def test_prithvi_eo1_layout_top_level_temporal_and_filled(tmp_path):
+    """EO-1.0 as published: encoder and decoder keys side by side at the top level (the old "prithvi" name)."""
     source = vit(6, 32)
-    state = {f"model.encoder.{k}": v for k, v in source.state_dict().items()}
+    state = dict(source.state_dict())
     frames = torch.randn(64, 6, 2, 16, 16)  # (D, C, T, p, p)
-    state["model.encoder.patch_embed.proj.weight"] = frames
+    state["patch_embed.proj.weight"] = frames
     pos = source.pos_embed.detach()
-    state["model.encoder.pos_embed"] = torch.cat([pos, pos[:, 1:] + 1.0], dim=1)  # cls + 2 frames of 2x2
-    state["model.decoder.pred.weight"] = torch.zeros(3, 3)
+    state["pos_embed"] = torch.cat([pos, pos[:, 1:] + 1.0], dim=1)  # cls + 2 frames of 2x2
+    state["decoder_pred.weight"] = torch.zeros(3, 3)
+    state["mask_token"] = torch.zeros(1, 1, 64)
     path = tmp_path / "prithvi.pt"
     torch.save({"state_dict": state, "epoch": 7}, path)
-    net, report = load(path, STORE, "prithvi")
-    w = net.patch_embed.proj.weight
-    mean = frames.mean(dim=2)
-    assert torch.allclose(w[:, STORE.index("B8A")], mean[:, 3])
-    assert torch.allclose(w[:, STORE.index("B08")], mean[:, 3])  # nearest in wavelength to B08
-    assert set(report.filled) == {"B05", "B06", "B07", "B08"} and report.format.startswith("Prithvi")
-    assert torch.allclose(net.pos_embed[:, 1:], pos[:, 1:] + 0.5)
-    assert torch.equal(net.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)
+    for name in ("prithvi", "prithvi-eo-1.0-100m"):
+        net, report = load(path, STORE, name)
+        w = net.patch_embed.proj.weight
+        mean = frames.mean(dim=2)
+        assert torch.allclose(w[:, STORE.index("B8A")], mean[:, 3])
+        assert torch.allclose(w[:, STORE.index("B08")], mean[:, 3])  # nearest in wavelength to B08
+        assert set(report.filled) == {"B05", "B06", "B07", "B08"} and report.format == "prithvi-eo-1.0-100m preset"
+        assert torch.allclose(net.pos_embed[:, 1:], pos[:, 1:] + 0.5)
+        assert torch.equal(net.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)
+
+
+def test_prithvi_eo2_layout_one_frame_tubelet_and_four_frame_position_embedding(tmp_path):
+    """EO-2.0 as published: the MAE's encoder under "encoder.", a tubelet of one frame, and a position embedding
+    over 4 frames of 14×14 patches (224 px): averaged over the 4 frames, then resampled to the tile."""
+    source = timm.create_model("vit_tiny_patch16_224", in_chans=6, img_size=224, num_classes=0, **TINY)
+    state = {f"encoder.{k}": v for k, v in source.state_dict().items()}
+    state["encoder.patch_embed.proj.weight"] = source.patch_embed.proj.weight.detach().unsqueeze(2)  # T = 1
+    pos = source.pos_embed.detach()
+    state["encoder.pos_embed"] = torch.cat([pos] + [pos[:, 1:] + f for f in (1.0, 2.0, 3.0)], dim=1)
+    state["decoder.decoder_pred.weight"] = torch.zeros(3, 3)
+    path = tmp_path / "Prithvi_EO_V2_300M.pt"
+    torch.save({"model": state}, path)
+    transform = FoundationWeights(path, bands=STORE, source="prithvi-eo-2.0-300m")
+    model = build_model("vit_tiny_patch16_224", in_chans=len(STORE), num_classes=3, img_size=224, decoder_channels=16,
+                        weights=path, weights_transform=transform, **TINY)
+    net = model.backbone.net
+    assert torch.allclose(net.pos_embed[:, 1:], pos[:, 1:] + 1.5)  # the mean of the 4 frames
+    assert torch.equal(net.blocks[1].attn.qkv.weight, source.blocks[1].attn.qkv.weight)
+    assert "averaged over time" in " ".join(transform.report.notes)
 
 
 def test_eoscale_export_carries_its_bands(tmp_path):
@@ -88,16 +111,18 @@ def test_unusable_files_are_one_line_errors(tmp_path):
     torch.save({"conv1.weight": torch.zeros(8, 3, 7, 7)}, tmp_path / "cnn.pth")
     with pytest.raises(InputError, match="not a known format"):  # band names given, no preset: generic layouts
         load(tmp_path / "cnn.pth", STORE, STORE)
-    with pytest.raises(InputError, match="preset 'prithvi'.*expected key 'model.encoder.patch_embed"):
-        load(tmp_path / "cnn.pth", STORE, "prithvi")
-    with pytest.raises(InputError, match="not one of ssl4eo-s12, prithvi"):
+    with pytest.raises(InputError, match="preset 'prithvi-eo-2.0-300m'.*expected key 'encoder.patch_embed"):
+        load(tmp_path / "cnn.pth", STORE, "prithvi-eo-2.0-300m")
+    with pytest.raises(InputError, match="not one of ssl4eo-s12, prithvi-eo-1.0-100m, prithvi-eo-2.0-300m"):
         FoundationWeights(tmp_path / "ssl.pth", bands=STORE, source="landsat")
     assert json.dumps({k: p.as_dict() for k, p in PRESETS.items()})  # presets are plain data
 
 
 def _preset_file(preset, tmp_path, *, channels=None, patch=None, prefix=None):
     """A synthetic state dict in `preset`'s declared layout (optionally with one thing wrong)."""
-    src = vit(channels or len(preset.bands), 32)
+    torch.manual_seed(0)
+    src = timm.create_model("vit_tiny_patch16_224", in_chans=channels or len(preset.bands), img_size=2 * preset.patch_size,
+                            patch_size=preset.patch_size, num_classes=0, **TINY)
     prefix = preset.key_prefix if prefix is None else prefix
     state = {prefix + k: v for k, v in src.state_dict().items()}
     if preset.temporal_patch:
@@ -112,13 +137,16 @@ def _preset_file(preset, tmp_path, *, channels=None, patch=None, prefix=None):
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_each_preset_loads_its_declared_layout(tmp_path, name):
     preset = PRESETS[name]
-    assert preset.patch_size == 16 and preset.bands and preset.model.startswith("vit_")
+    assert preset.bands and timm.is_model(preset.model) and f"patch{preset.patch_size}_" in preset.model
     assert preset.mean is None or len(preset.mean) == len(preset.bands) == len(preset.std)
     path, src = _preset_file(preset, tmp_path)
     bands = list(preset.bands[:3])
     net, report = load(path, bands, name)
     assert report.copied == bands and not report.filled
-    assert torch.equal(net.patch_embed.proj.weight, src.patch_embed.proj.weight[:, :3])
+    if preset.patch_size == 16:  # the model's; another one is resampled
+        assert torch.equal(net.patch_embed.proj.weight, src.patch_embed.proj.weight[:, :3])
+    else:
+        assert any("resampled" in n for n in report.notes)
     assert torch.equal(net.blocks[1].attn.qkv.weight, src.blocks[1].attn.qkv.weight)
 
 
