@@ -9,6 +9,10 @@ Since schema 2 it also holds, under ``checkpoint["eoscale_model"]``, the network
 rebuilds the network, so inference never needs the training code. Checkpoints written before carry the
 same facts in Lightning's `hyper_parameters`; `model_spec()` reads either.
 
+Since the lineage work it also holds, under ``checkpoint["eoscale_lineage"]``, the MLflow run that trained it
+and the tile store it was trained on (path, fingerprint, input files): `checkpoint_lineage()` reads it, or
+what an older checkpoint knows (its MLflow run id only).
+
 Reading is plain data only (`torch.load(weights_only=True)`): a checkpoint never runs code. The one
 exception is torch's own sharded DCP folder format (`*.distcp`), whose tensors torch itself unpickles:
 treat sharded folders as trusted input, as torch's documentation says.
@@ -28,6 +32,11 @@ from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
 
 CONTRACT_KEY = "eoscale"
 METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
+RUN_KEY = "eoscale_mlflow_run_id"  # in a checkpoint: the MLflow run that wrote it (`eoscale.train.monitor`)
+# in a checkpoint (plain data): where it comes from, for `eoscale lineage`:
+#   {"run": {run_id, tracking_uri, experiment_id}, "store": {path, fingerprint, scenes: [{scene, role, path, size,
+#    sha256}]}, "eoscale_version"}; a link nobody knew is None
+LINEAGE_KEY = "eoscale_lineage"
 
 
 @dataclass(frozen=True)
@@ -142,3 +151,12 @@ def model_spec(checkpoint: Mapping[str, Any], path: str | Path) -> dict[str, Any
         if spec["args"].get(name) is None:
             raise InputError(f"checkpoint {str(path)!r} does not say its model's {name}: it was not written by 'eoscale fit'")
     return {"args": dict(spec["args"]), "finetune": spec.get("finetune") or "full", "lora": spec.get("lora")}
+
+
+def checkpoint_lineage(checkpoint: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"run", "store", "eoscale_version"}` of a checkpoint (`LINEAGE_KEY`); for a checkpoint written before it
+    was recorded, the MLflow run id that it does carry (`RUN_KEY`) and None for the rest."""
+    saved = dict(checkpoint.get(LINEAGE_KEY) or {})
+    run = saved.get("run") or ({"run_id": str(checkpoint[RUN_KEY]), "tracking_uri": None, "experiment_id": None}
+                               if checkpoint.get(RUN_KEY) else None)
+    return {"run": run, "store": saved.get("store"), "eoscale_version": saved.get("eoscale_version")}

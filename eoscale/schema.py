@@ -9,7 +9,10 @@ A tile store is a Zarr v3 group that `xarray.open_zarr` opens as a labelled Data
   a, b, c, d, e, f as `affine.Affine` takes them), ``split`` (index into ``SPLITS``), ``valid_fraction``
   and ``class_counts(tile, class)``.
 - group attributes (keys below): schema version, completeness, bands and wavelengths, nodata, the class
-  table, per-band statistics, the split ranges, the scenes with their CRS, and the ingest parameters.
+  table, per-band statistics, the split ranges, the scenes with their CRS, the ingest parameters, and (since
+  the store lineage) every input file's sha256.
+- beside the arrays, ``collection.json``: the store's STAC Collection, which holds the store's fingerprint
+  (`eoscale.catalog.digest.store_fingerprint`, a digest of every other file of the store).
 
 Tiles are ordered by split, then scene, then row and column, so every split is one contiguous range of
 tiles (``attrs['splits'][name] == [start, stop]``) and readers stream whole shards of it.
@@ -62,6 +65,10 @@ ATTR_SHARD_TILES = "shard_tiles"
 ATTR_SCENES = "scenes"  # list of {id, paths, crs, width, height, transform}
 ATTR_INGEST = "ingest"  # the parameters the store was made with, and its summary
 ATTR_UNMAPPED = "unmapped_label_codes"  # {code: pixel count} of label codes not in the class table
+ATTR_INPUTS = "inputs"  # the input files: list of {scene (id), role ("scene" | "labels"), path, size, sha256}
+
+# files beside the arrays
+COLLECTION_FILE = "collection.json"  # the store's STAC Collection (extent, classes, bands, fingerprint, inputs)
 
 REQUIRED_ATTRS = (
     ATTR_SCHEMA, ATTR_COMPLETE, ATTR_BANDS, ATTR_WAVELENGTHS, ATTR_NODATA, ATTR_IGNORE_INDEX, ATTR_CLASSES,

@@ -58,8 +58,8 @@ def test_quickstart_makes_a_valid_map_and_says_where(quickstart):
         assert (out / "maps" / name).stat().st_size > 0
     # the maps folder holds the maps: MLflow's store, lock and artifacts are in the shared store's folder
     assert sorted(p.name for p in (out / "maps").iterdir()) == [
-        "scene_004_areas.csv", "scene_004_areas.json", "scene_004_confidence.tif", "scene_004_landcover.tif",
-        "scene_004_quicklook.png"]
+        "scene_004_areas.csv", "scene_004_areas.json", "scene_004_confidence.tif", "scene_004_item.json",
+        "scene_004_landcover.tif", "scene_004_quicklook.png"]
     assert (out / "mae" / "checkpoints" / "backbone.safetensors").is_file()
     assert (out / "lora" / "adapters" / "quickstart" / "adapter_model.safetensors").is_file()
     assert (out / "compare" / "comparison.md").is_file()

@@ -15,9 +15,10 @@ Evaluation on a tile store's split (IoU per class, logged like `eoscale test`)::
 
     eoscale predict --checkpoint best.ckpt --store runs/tiles.zarr --split test --output eval/
 
-Per scene it writes `<scene>_landcover.tif` (COG of class codes, colormap, class names in the tags),
-optionally `<scene>_confidence.tif`, `<scene>_quicklook.png` and `<scene>_areas.csv/.json`; the run goes
-to MLflow (experiment `eoscale-predict`).
+Per scene it writes `<scene>_landcover.tif` (COG of class codes, colormap, class names and lineage in the
+tags), optionally `<scene>_confidence.tif`, `<scene>_quicklook.png`, `<scene>_areas.csv/.json` and
+`<scene>_item.json` (its STAC Item); the run goes to MLflow (experiment `eoscale-predict`), and its id into
+each Item (`eoscale:predict_run`). `eoscale lineage MAP` checks a map's chain back to its scenes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import argparse
 from pathlib import Path
 
 from eoscale.infer import config as options
+from eoscale.track.store import default_tracking_uri
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,7 +56,19 @@ def run(args: argparse.Namespace) -> int:
     run_id = log_prediction(config, result, tracking_uri=run_options.tracking_uri)
     if run_id:
         print(f"MLflow run {run_id} (experiment 'eoscale-predict')")
+        _note_run(result, run_id, run_options.tracking_uri or default_tracking_uri(Path(config.output)))
     return 0
+
+
+def _note_run(result, run_id: str, tracking_uri: str) -> None:
+    """Name the predict run in each map's STAC Item (`eoscale:predict_run`; `eoscale assess` reads it), rewriting
+    the Item atomically."""
+    from eoscale.catalog.stac import PREDICT_RUN, update_properties
+
+    for scene in result.scenes:
+        item = scene.outputs.get("item")
+        if item and Path(item).is_file():
+            update_properties(Path(item), {PREDICT_RUN: {"run_id": run_id, "tracking_uri": tracking_uri}})
 
 
 def _evaluate(config: options.PredictConfig, run_options: options.RunOptions) -> int:

@@ -38,6 +38,7 @@ class PredictionModel:
     backbone: str
     adapter: str | None = None
     spec: dict | None = None  # the model contract the network was built from (`eoscale.contract.model_spec`)
+    lineage: dict | None = None  # the checkpoint's training run and tile store (`eoscale.contract.checkpoint_lineage`)
 
     @property
     def device(self) -> torch.device:
@@ -63,4 +64,4 @@ def load_model(
     trained = load_network(checkpoint, adapter=adapter)
     classes = ClassTable.from_records(list(trained.contract.classes))
     return PredictionModel(trained.network.to(device), trained.contract, classes, trained.checkpoint,
-                           trained.spec["args"]["backbone"], adapter, trained.spec)
+                           trained.spec["args"]["backbone"], adapter, trained.spec, trained.lineage)

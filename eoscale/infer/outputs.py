@@ -7,6 +7,7 @@ Per scene, in the output folder:
     <scene>_confidence.tif   COG (--confidence), the blended probability of the chosen class, 0–100 (uint8)
     <scene>_quicklook.png    the map with a legend
     <scene>_areas.csv/.json  pixels, hectares and percent of the valid area per class (`eoscale.infer.areas`)
+    <scene>_item.json        the map's STAC Item: footprint, grid, classes, assets and lineage (`eoscale.catalog.stac`)
 
 Codes rather than indices, so the map reads like the product it was trained on; the class table (code,
 name, colour) is in the COG's tags. Each process appends the rows it finishes to its *part* files (raw
@@ -49,6 +50,7 @@ class SceneOutputs:
     quicklook: Path
     areas_csv: Path
     areas_json: Path
+    item: Path
 
     @classmethod
     def for_scene(cls, folder: Path, scene_id: str, *, confidence: bool) -> SceneOutputs:
@@ -59,11 +61,13 @@ class SceneOutputs:
             quicklook=folder / f"{scene_id}_quicklook.png",
             areas_csv=folder / f"{scene_id}_areas.csv",
             areas_json=folder / f"{scene_id}_areas.json",
+            item=folder / f"{scene_id}_item.json",
         )
 
     def files(self) -> list[Path]:
         """All files, the class map last (its presence marks the scene as done)."""
-        return [p for p in (self.confidence, self.quicklook, self.areas_csv, self.areas_json, self.landcover) if p]
+        return [p for p in (self.confidence, self.quicklook, self.areas_csv, self.areas_json, self.item,
+                            self.landcover) if p]
 
     def check(self, *, overwrite: bool) -> None:
         """A finished result (its class map exists) is kept unless `overwrite`; leftovers of a run that did not

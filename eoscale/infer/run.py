@@ -24,6 +24,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from eoscale import __version__
+from eoscale.catalog.digest import file_record, file_sha256
+from eoscale.catalog.stac import map_item, to_json, write_json
 from eoscale.errors import InputError
 from eoscale.infer.areas import AreaCounter, area_table, pixel_area_m2, row_areas_m2, write_area_table
 from eoscale.infer.config import PredictConfig, check_config
@@ -93,6 +96,15 @@ class Plan:
     overlap: float
     column_tile: int
     readers: int
+    model_lineage: dict | None = field(default=None, repr=False)  # `lineage()`'s, once per process
+
+    def lineage(self, config: PredictConfig) -> dict:
+        """Where this run's model comes from: the checkpoint (path, sha256) and adapter, the training run and tile
+        store the checkpoint records, and the eoscale version. The checkpoint is read (hashed) once per process
+        that finalises scenes, not once per scene."""
+        if self.model_lineage is None:
+            self.model_lineage = model_lineage(self.model, config)
+        return self.model_lineage
 
     def grid(self, scene: Scene) -> WindowGrid:
         return WindowGrid.make(scene.height, scene.width, window=self.window, overlap=self.overlap)
@@ -302,12 +314,17 @@ def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: Scen
     encoding = MapEncoding.from_table(table)
     georef = Georef(scene.crs, scene.transform, scene.width, scene.height)
     checkpoint = str(Path(config.checkpoint).resolve())
+    # the whole chain (checkpoint, training run, store, scenes) travels in the map itself and in its STAC Item
+    lineage = {**plan.lineage(config), "scenes": [file_record(p) for p in scene.paths]}
     tags, band_tags = map_tags(table, encoding, {
         "EOSCALE_CHECKPOINT": checkpoint,
         "EOSCALE_ADAPTER": config.adapter or "",
         "EOSCALE_WINDOW": str(plan.window),
         "EOSCALE_OVERLAP": str(config.overlap),
         "EOSCALE_BANDS": ",".join(plan.model.contract.bands),
+        "EOSCALE_VERSION": __version__,
+        "EOSCALE_CHECKPOINT_SHA256": lineage["checkpoint"]["sha256"],
+        "EOSCALE_LINEAGE": json.dumps(lineage, separators=(",", ":")),
     })
     write_cog(pieces, ".classes", partial(outputs.landcover), georef, dtype=encoding.dtype,
               nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
@@ -320,8 +337,31 @@ def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: Scen
     write_area_table(areas, partial(outputs.areas_csv), partial(outputs.areas_json))
     write_quicklook(partial(outputs.landcover), partial(outputs.quicklook), table, encoding, areas,
                     title=f"{scene.id} — {Path(config.checkpoint).name}")
+    files = {"landcover": outputs.landcover, "confidence": outputs.confidence, "quicklook": outputs.quicklook,
+             "areas_csv": outputs.areas_csv, "areas_json": outputs.areas_json}
+    checksums = {k: file_sha256(partial(files[k])) for k in ("landcover", "confidence") if files[k] is not None}
+    item = map_item(scene.id, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
+                    table=table, dtype=encoding.dtype, nodata=encoding.nodata, files=files, lineage=lineage,
+                    areas=areas, confidence_nodata=CONFIDENCE_NODATA, checksums=checksums)
+    write_json(partial(outputs.item), to_json(item))
     publish(outputs.files())  # the class map last: its presence marks the scene as done
     return areas
+
+
+def model_lineage(model: PredictionModel, config: PredictConfig) -> dict:
+    """The lineage of a map that does not depend on its scene (see `Plan.lineage`); a link the checkpoint does not
+    record (one written before eoscale recorded it) is None."""
+    from eoscale.models.checkpoint import adapter_meta
+    from eoscale.models.lora import ADAPTERS_DIR
+
+    trained = model.lineage or {}
+    adapter = None
+    if config.adapter:
+        _, root = adapter_meta(Path(config.checkpoint), config.adapter)
+        adapter = {"name": config.adapter, **file_record(Path(root) / ADAPTERS_DIR / config.adapter)}
+    return {"eoscale_version": __version__, "checkpoint": file_record(config.checkpoint), "adapter": adapter,
+            "training_run": trained.get("run"), "store": trained.get("store"),
+            "trained_with": trained.get("eoscale_version")}
 
 
 def _scene_km2(scene: Scene) -> float:

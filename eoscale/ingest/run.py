@@ -5,6 +5,10 @@ arguments after a crash or SIGKILL picks up where it stopped: scanned scenes and
 skipped. Only when every shard is written is the store marked complete and moved to `<output>` (an existing
 store there is replaced only with `overwrite=True`, and only at that last moment, so it is never lost to a
 failed run).
+
+For lineage, the store records every input file's sha256 (`schema.ATTR_INPUTS`; taken by Dask tasks beside the
+scans, or reused from --verify) and, last, its STAC Collection (`schema.COLLECTION_FILE`, inside the store) with
+the store's fingerprint (`eoscale.catalog.digest.store_fingerprint`; the shards' digests come from their tasks).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import numpy as np
 
 from eoscale import __version__, schema
 from eoscale.bands import SENTINEL2_NAMES, sentinel2_band
+from eoscale.catalog.digest import file_sha256, store_fingerprint
+from eoscale.catalog.stac import footprint, store_collection, to_json, write_json
 from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
 from eoscale.cluster import dask_client
 from eoscale.errors import InputError, OutputExistsError
@@ -50,6 +56,7 @@ class IngestSummary:
     resumed_shards: int = 0
     scenes: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each phase
+    fingerprint: str = ""  # eoscale.catalog.digest.store_fingerprint, as the store's collection.json records it
 
     @property
     def compression_ratio(self) -> float:
@@ -113,7 +120,11 @@ def ingest(
         "min_valid": min_valid, "split": list(split), "split_block": split_block, "seed": seed, "codec": codec,
         "level": level, "classes": class_table.to_records(),
     }
-    fingerprint = _fingerprint(parameters, scene_list, [r.path for r in label_rasters], verify=verify)
+    label_paths = [r.path for r in label_rasters]
+    # --verify reads every input now; otherwise their sha256s (for the store's lineage) are taken by Dask tasks
+    # beside the scans and shards
+    digests = {p: file_sha256(p) for p in _input_paths(scene_list, label_paths)} if verify else {}
+    fingerprint = _fingerprint(parameters, scene_list, label_paths, verify=verify, digests=digests)
     work = output.with_name(output.name + ".partial")
     progress_dir, store = work / "progress", work / "store.zarr"
     _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
@@ -140,6 +151,8 @@ def ingest(
                           key=f"eoscale-labels-{i}", pure=False)
             for i, scene in enumerate(scene_list)
         ]
+        hash_tasks = {p: client.submit(file_sha256, p, key=f"eoscale-sha256-{i}", pure=False)
+                      for i, p in enumerate(_input_paths(scene_list, label_paths)) if p not in digests}
         window_valid = client.gather(scan_tasks)  # the label tasks go on meanwhile
         lap("scan")
         plan = make_plan(window_valid, tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
@@ -173,6 +186,7 @@ def ingest(
         for counts in client.gather(label_tasks):
             for code, count in counts.items():
                 unmapped[code] = unmapped.get(code, 0) + count
+        digests.update(zip(hash_tasks, client.gather(list(hash_tasks.values())), strict=True))
         lap("shards")
 
     gathered = gather_markers(progress_dir, plan)
@@ -180,7 +194,9 @@ def ingest(
         schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
         schema.ATTR_MASKED: masked_pixels(scene_list, gathered["masked"], plan),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
+        schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests),
     })
+    store_fingerprint = write_collection(store, scene_list, plan, known=gathered["digests"])
     _move_into_place(store, output, work)
     lap("finalize")
     counts = np.bincount(plan.split, minlength=len(schema.SPLITS))
@@ -205,6 +221,7 @@ def ingest(
         resumed_shards=resumed,
         scenes=[s.id for s in scene_list],
         phases=phases,
+        fingerprint=store_fingerprint,
     )
 
 
@@ -223,16 +240,24 @@ def _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block
         raise InputError(f"--split-block must be at least 1 tile, got {split_block}")
 
 
-def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str], *, verify: bool = False) -> str:
+def _input_paths(scenes: list[Scene], label_paths: list[str]) -> list[str]:
+    """Every input file once, scenes' files first."""
+    return list(dict.fromkeys([p for s in scenes for p in s.paths] + list(label_paths)))
+
+
+def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str], *, verify: bool = False,
+                 digests: dict[str, str] | None = None) -> str:
     """What a resumed ingest must share with the one it resumes: the parameters and every input file's path,
     size and modification time, or with `verify` its content's sha256 instead of the time (for file systems
-    whose mtimes are not kept, e.g. after a copy; it reads every input once more)."""
+    whose mtimes are not kept, e.g. after a copy; it reads every input once more, unless `digests` gives the
+    sha256s already taken)."""
+    if verify and digests is None:
+        digests = {p: file_sha256(p) for p in _input_paths(scenes, label_paths)}
     files = []
     for path in [p for s in scenes for p in s.paths] + label_paths:
         st = os.stat(path)
         if verify:
-            with open(path, "rb") as f:
-                files.append([os.path.abspath(path), st.st_size, hashlib.file_digest(f, "sha256").hexdigest()])
+            files.append([os.path.abspath(path), st.st_size, digests[path]])
         else:
             files.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
     blob = json.dumps({"parameters": parameters, "files": files, "scenes": [s.id for s in scenes]}, sort_keys=True)
@@ -276,6 +301,42 @@ def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dic
         schema.ATTR_INGEST: {**{k: v for k, v in parameters.items() if k != "classes"}, "eoscale_version": __version__,
                              "fingerprint": fingerprint},
     }
+
+
+def input_records(scenes: list[Scene], label_paths: list[str], digests: dict[str, str]) -> list[dict]:
+    """The store's input files for its lineage (`schema.ATTR_INPUTS`): each scene's files, then the label
+    rasters, with absolute path, size and sha256."""
+    records = [{"scene": s.id, "role": "scene", "path": p} for s in scenes for p in s.paths]
+    records += [{"scene": None, "role": "labels", "path": p} for p in label_paths]
+    seen, out = set(), []
+    for r in records:
+        if r["path"] not in seen:
+            seen.add(r["path"])
+            out.append({**r, "path": os.path.abspath(r["path"]), "size": os.stat(r["path"]).st_size,
+                        "sha256": digests[r["path"]]})
+    return out
+
+
+def write_collection(store: Path, scenes: list[Scene], plan, *, known: dict[str, str]) -> str:
+    """Write the finished store's STAC Collection (`schema.COLLECTION_FILE`; extent from its tiles' ground) into
+    it, after its fingerprint (every other file of the store, the shards' digests `known` from their tasks);
+    returns the fingerprint."""
+    import zarr
+
+    attrs = zarr.open_group(store, mode="r").attrs.asdict()
+    fingerprint = store_fingerprint(store, known=known)
+    footprints = []
+    t = plan.tile_size
+    for i, scene in enumerate(scenes):
+        mine = plan.scene == i
+        if not mine.any():
+            continue
+        row, col = int(plan.row_off[mine].min()), int(plan.col_off[mine].min())
+        height, width = int(plan.row_off[mine].max()) + t - row, int(plan.col_off[mine].max()) + t - col
+        footprints.append(footprint(scene.crs, scene.transform, width, height, row=row, col=col)[1])
+    collection = store_collection(attrs, footprints=footprints, fingerprint=fingerprint, tiles=len(plan))
+    write_json(store / schema.COLLECTION_FILE, to_json(collection))
+    return fingerprint
 
 
 def masked_pixels(scenes: list[Scene], masked: np.ndarray, plan) -> list[dict]:

@@ -18,6 +18,7 @@ import numpy as np
 import zarr
 
 from eoscale import schema
+from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX
 from eoscale.ingest.plan import TilePlan
 from eoscale.ingest.scan import load_scene_labels
@@ -83,11 +84,17 @@ def write_shard(
         group = zarr.open_group(store, mode="r+")
         group[schema.IMAGES][start : start + n] = images
         group[schema.LABELS][start : start + n] = labels
+    # the sha256 of the shard files just written (still in the page cache, and in parallel over the workers): the
+    # store's fingerprint at finalisation then reads only its small metadata files again (eoscale.catalog.digest)
+    files = [f"{name}/{group[name].metadata.encode_chunk_key((shard,) + (0,) * (group[name].ndim - 1))}"
+             for name in (schema.IMAGES, schema.LABELS)]
+    files = [f for f in files if (Path(store) / f).is_file()]
+    digests = [file_sha256(Path(store) / f) for f in files]
     marker = marker_path(Path(progress), shard)
     tmp = marker.with_name(marker.stem + ".tmp.npz")
     # uncompressed: zlib on the histograms (a few MB a shard) cost a large share of the shard write
     np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=band_histograms(images, valid),
-             masked=masked)
+             masked=masked, digest_files=np.array(files, dtype=str), digests=np.array(digests, dtype=str))
     os.replace(tmp, marker)
     return n
 
@@ -107,10 +114,12 @@ def _runs(positions: np.ndarray, row_off: np.ndarray, col_off: np.ndarray, t: in
 
 
 def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
-    """The per-tile valid fractions and class counts, and the summed band histograms and masked pixel counts
-    (scene × (by mask band, by nodata)), from all markers."""
+    """The per-tile valid fractions and class counts, the summed band histograms and masked pixel counts
+    (scene × (by mask band, by nodata)), and the shard files' sha256s (`digests`: {path in the store: sha256};
+    markers of an older eoscale have none), from all markers."""
     valid_fraction = np.empty(len(plan), dtype=np.float32)
     class_counts, histograms, masked = None, None, None
+    digests: dict[str, str] = {}
     for shard in range(plan.num_shards):
         start, stop = plan.shard_range(shard)
         with np.load(marker_path(progress, shard)) as m:
@@ -122,7 +131,10 @@ def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
             class_counts[start:stop] = m["class_counts"]
             histograms += m["histograms"]
             masked += m["masked"]
-    return {"valid_fraction": valid_fraction, "class_counts": class_counts, "histograms": histograms, "masked": masked}
+            if "digests" in m.files:
+                digests.update(zip(m["digest_files"].tolist(), m["digests"].tolist(), strict=True))
+    return {"valid_fraction": valid_fraction, "class_counts": class_counts, "histograms": histograms, "masked": masked,
+            "digests": digests}
 
 
 def finalize(store: Path, progress: Path, gathered: dict[str, np.ndarray], attrs: dict) -> None:

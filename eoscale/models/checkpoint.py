@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from eoscale.contract import CONTRACT_KEY, BandContract, load_checkpoint, model_spec
+from eoscale.contract import CONTRACT_KEY, BandContract, checkpoint_lineage, load_checkpoint, model_spec
 from eoscale.errors import InputError, InputNotFoundError
 
 
@@ -44,6 +44,7 @@ class TrainedNetwork:
     spec: dict  # the model contract: {"args": build_model's keywords, "finetune", "lora"}
     checkpoint: Path
     adapter: str | None = None
+    lineage: dict | None = None  # where the checkpoint comes from (`eoscale.contract.checkpoint_lineage`)
 
 
 def load_network(checkpoint: str | Path, *, adapter: str | None = None) -> TrainedNetwork:
@@ -81,7 +82,7 @@ def load_network(checkpoint: str | Path, *, adapter: str | None = None) -> Train
     if meta is not None or spec["finetune"] == "lora":
         merge_adapter(network)  # folded into the weights: inference runs the plain network
     network.eval().requires_grad_(False)
-    return TrainedNetwork(network, contract, spec, path, adapter)
+    return TrainedNetwork(network, contract, spec, path, adapter, checkpoint_lineage(saved))
 
 
 def _load_weights(network: nn.Module, state: dict, path: Path, backbone: str, *, head: bool) -> None:

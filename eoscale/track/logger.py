@@ -241,6 +241,21 @@ class MLflowLogger(MLFlowLogger):
 
     @rank_zero_only
     @_guarded
+    def log_dataset(self, name: str, source: str, *, digest: str | None = None, context: str = "training") -> None:
+        """Log a dataset (a tile store) as an input of the run (`mlflow.data`), so that the MLflow UI shows what
+        the model was trained on. `digest` is cut to the 36 characters MLflow's stores keep; without one, MLflow
+        derives it from the name and source."""
+        from mlflow.data.meta_dataset import MetaDataset
+        from mlflow.data.sources import LocalArtifactDatasetSource
+        from mlflow.entities import DatasetInput, InputTag
+        from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+        dataset = MetaDataset(LocalArtifactDatasetSource(source), name=name, digest=digest[:36] if digest else None)
+        tags = [InputTag(key=MLFLOW_DATASET_CONTEXT, value=context)]
+        self.experiment.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=tags)])
+
+    @rank_zero_only
+    @_guarded
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         for key, value in tags.items():
             self.experiment.set_tag(self.run_id, key, str(value))

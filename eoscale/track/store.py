@@ -1,7 +1,8 @@
-"""Where MLflow keeps eoscale's runs: the tracking URI rule and the artifact folder of a SQLite store.
+"""Where MLflow keeps eoscale's runs: the tracking URI rule, the artifact folder of a SQLite store, and what a
+store says of one run (`describe_run`, for `eoscale lineage`).
 
-Light on purpose (no torch, no Lightning): `eoscale fit`, `eoscale predict` and `eoscale compare` all follow
-these rules, and `compare` must start fast.
+Light on purpose (no torch, no Lightning): `eoscale fit`, `eoscale predict`, `eoscale compare` and
+`eoscale lineage` all follow these rules, and `compare` must start fast.
 """
 
 from __future__ import annotations
@@ -30,3 +31,34 @@ def artifact_location(uri: str) -> str | None:
     if not uri.startswith("sqlite:"):
         return None
     return (sqlite_path(uri).resolve().parent / "mlartifacts").as_uri()
+
+
+def describe_run(uri: str, run_id: str) -> dict:
+    """What the tracking store at `uri` holds of run `run_id`, without creating anything:
+    `{"found": True, "experiment", "status", "name", "datasets": [{name, digest, context}]}`, or
+    `{"found": False, "reason"}` (no such run, no store file at a SQLite URI, or a store that does not answer)."""
+    if uri.startswith("sqlite:") and not sqlite_path(uri).is_file():
+        return {"found": False, "reason": f"no tracking store at {str(sqlite_path(uri))!r}"}
+    if uri.startswith(("http:", "https:")):
+        # one quick try: MLflow's default retries with backoff for minutes on a server that is gone
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client = MlflowClient(uri)
+        run = client.get_run(run_id)
+        experiment = client.get_experiment(run.info.experiment_id)
+    except MlflowException as err:
+        if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return {"found": False, "reason": f"no run {run_id} in {uri}"}
+        return {"found": False, "reason": f"{uri} did not answer ({str(err).splitlines()[0][:160]})"}
+    except Exception as err:  # a dead server, an unreadable database: lineage reports it, it does not crash
+        return {"found": False, "reason": f"{uri} did not answer ({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})"}
+    datasets = []
+    for entry in (run.inputs.dataset_inputs if run.inputs else []):
+        context = next((t.value for t in entry.tags if t.key == "mlflow.data.context"), None)
+        datasets.append({"name": entry.dataset.name, "digest": entry.dataset.digest, "context": context})
+    return {"found": True, "experiment": experiment.name if experiment else None, "status": run.info.status,
+            "name": run.info.run_name, "datasets": datasets}

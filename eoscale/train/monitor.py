@@ -21,12 +21,13 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
 
+from eoscale.contract import RUN_KEY  # in a checkpoint: the MLflow run that wrote it
+
 
 def mlflow_loggers(trainer: Trainer) -> list[MLFlowLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, MLFlowLogger)]
 
 
-RUN_KEY = "eoscale_mlflow_run_id"  # in a checkpoint: the MLflow run that wrote it
 
 
 def resume_run_id(checkpoint: str | os.PathLike | None) -> str | None:
@@ -39,6 +40,35 @@ def resume_run_id(checkpoint: str | os.PathLike | None) -> str | None:
         return None
     value = saved.get(RUN_KEY) if isinstance(saved, dict) else None
     return str(value) if value else None
+
+
+def run_lineage(trainer: Trainer) -> dict[str, Any] | None:
+    """`{run_id, tracking_uri, experiment_id}` of this training's MLflow run (its first MLflow logger that has not
+    failed), or None where there is none: what a checkpoint records for `eoscale lineage`."""
+    for logger in mlflow_loggers(trainer):
+        if getattr(logger, "failed", False) or not logger._run_id:
+            continue
+        return {"run_id": str(logger._run_id), "tracking_uri": getattr(logger, "_tracking_uri", None),
+                "experiment_id": getattr(logger, "_experiment_id", None)}
+    return None
+
+
+def store_lineage(datamodule: Any) -> dict[str, Any] | None:
+    """`{path, fingerprint, scenes}` of the tile store a datamodule reads (None: not a tile-store datamodule).
+    The fingerprint comes from the store's STAC Collection and the input files' sha256s from its attributes;
+    a store ingested before they were recorded gives None for the fingerprint and the paths without digests."""
+    from eoscale import schema
+    from eoscale.catalog.stac import read_store_fingerprint
+
+    store = getattr(datamodule, "store", None)
+    attrs = getattr(datamodule, "attrs", None) if store is not None else None
+    if not isinstance(attrs, Mapping):
+        return None
+    path = Path(store).resolve()
+    scenes = attrs.get(schema.ATTR_INPUTS) or [
+        {"scene": s.get("id"), "role": "scene", "path": p, "size": None, "sha256": None}
+        for s in attrs.get(schema.ATTR_SCENES, []) for p in s.get("paths", [])]
+    return {"path": str(path), "fingerprint": read_store_fingerprint(path), "scenes": [dict(s) for s in scenes]}
 
 
 def git_commit(path: str | os.PathLike | None = None) -> str | None:
@@ -109,6 +139,18 @@ class TrainingMonitor(Callback):
     # -- facts ---------------------------------------------------------------------------------------------
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._log_facts(trainer, pl_module)
+        self._log_store(trainer)
+
+    def _log_store(self, trainer: Trainer) -> None:
+        """The tile store as the run's training dataset (`mlflow.data`: name, fingerprint as digest, path)."""
+        loggers = [lg for lg in mlflow_loggers(trainer) if hasattr(lg, "log_dataset")]
+        if not trainer.is_global_zero or not loggers:
+            return
+        store = store_lineage(getattr(trainer, "datamodule", None))
+        if store is None:
+            return
+        for logger in loggers:
+            logger.log_dataset(Path(store["path"]).name, store["path"], digest=store["fingerprint"])
 
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.state.fn == "validate":

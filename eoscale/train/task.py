@@ -23,14 +23,16 @@ from torch import Tensor, nn
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassConfusionMatrix
 
+from eoscale import __version__
 from eoscale.classes import IGNORE_INDEX
-from eoscale.contract import CONTRACT_KEY, MODEL_KEY, BandContract, model_args_from_hparams
+from eoscale.contract import CONTRACT_KEY, LINEAGE_KEY, MODEL_KEY, BandContract, model_args_from_hparams
 from eoscale.errors import InputError
 from eoscale.models import build_model
 from eoscale.models.checkpoint import load_finetune_weights
 from eoscale.models.foundation import FoundationWeights
 from eoscale.models.lora import ADAPTERS_DIR, Finetune, LoraSettings, apply_finetune, save_adapter
 from eoscale.models.metrics import segmentation_metrics
+from eoscale.train.monitor import run_lineage, store_lineage
 
 Loss = Literal["ce", "ce+dice"]
 SPLITS = ("val", "test")
@@ -43,6 +45,7 @@ class BaseTask(LightningModule):
         super().__init__()
         self.model: nn.Module | None = None
         self.contract: BandContract | None = None
+        self._store_lineage: dict | None = None
 
     def configure_models(self) -> nn.Module:
         raise NotImplementedError
@@ -60,6 +63,7 @@ class BaseTask(LightningModule):
         if datamodule is not None:
             self.contract = BandContract.from_datamodule(datamodule)
             self.read_datamodule(datamodule)
+            self._store_lineage = store_lineage(datamodule)
         # same seed on every rank before building: FSDP2's fully_shard keeps each rank's own slice of its own
         # initial weights (it does not broadcast), so ranks seeded differently would train a chimera;
         # under srun/torchrun each process draws its own seed if seed_everything is left to chance.
@@ -102,6 +106,11 @@ class BaseTask(LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.contract is not None:
             checkpoint[CONTRACT_KEY] = self.contract.to_dict()
+        # where this model comes from (the MLflow run, the tile store and its scenes), for `eoscale lineage`;
+        # plain data, like the contract
+        run = run_lineage(self._trainer) if self._trainer is not None else None
+        checkpoint[LINEAGE_KEY] = {"run": run, "store": getattr(self, "_store_lineage", None),
+                                   "eoscale_version": __version__}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # resuming: the store must be the one the checkpoint was trained on (same bands, statistics, tiles)

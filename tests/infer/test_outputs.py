@@ -103,7 +103,8 @@ def test_quicklook_and_nothing_unfinished_left(result):
     png = out / "odd_quicklook.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
     assert sorted(p.name for p in out.iterdir()) == [
-        "odd_areas.csv", "odd_areas.json", "odd_confidence.tif", "odd_landcover.tif", "odd_quicklook.png"]
+        "odd_areas.csv", "odd_areas.json", "odd_confidence.tif", "odd_item.json", "odd_landcover.tif",
+        "odd_quicklook.png"]
     assert run.scenes[0].windows == 13 * 15 and run.processes == 1
 
 
