@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default data, end to end (pipelines/quickstart.yaml): synthetic Sentinel-2
 # scenes → a sharded Zarr tile store (scene 4 held out) → MAE pretraining (short) → LoRA fine-tuning → a
-# land-cover map of the held-out scene → the runs compared in MLflow. A few minutes on 2 CPU cores.
+# land-cover map of the held-out scene → its accuracy against the scene's truth → the runs compared in MLflow.
+# A few minutes on 2 CPU cores.
 # Everything lands in runs/quickstart/ (rerunning replaces it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,8 @@ echo "  land-cover map     $out/maps/scene_004_landcover.tif  (Cloud-Optimized G
 echo "  confidence         $out/maps/scene_004_confidence.tif"
 echo "  quick-look         $out/maps/scene_004_quicklook.png"
 echo "  class areas        $out/maps/scene_004_areas.csv"
+echo "  STAC item          $out/maps/scene_004_item.json  (eoscale lineage $out/maps/scene_004_landcover.tif)"
+echo "  accuracy, areas    $out/assessment/  (assessment.md: against scene_004's synthetic truth, Olofsson et al. 2014)"
 echo "  run comparison     $out/compare/  (comparison.md, PNG plots)"
 echo "  MLflow store       $store  (artifacts in $out/mlartifacts/)"
 echo "open the runs in the MLflow UI:"

@@ -43,7 +43,7 @@ def test_quickstart_makes_a_valid_map_and_says_where(quickstart):
     from rio_cogeo.cogeo import cog_validate
 
     out, printed = quickstart
-    for step in ("1/6 synth", "2/6 ingest", "3/6 pretrain", "4/6 lora", "5/6 predict", "6/6 compare"):
+    for step in ("1/7 synth", "2/7 ingest", "3/7 pretrain", "4/7 lora", "5/7 predict", "6/7 assess", "7/7 compare"):
         assert f"== {step}" in printed
     landcover = out / "maps" / "scene_004_landcover.tif"
     valid, errors, _ = cog_validate(str(landcover), quiet=True)
@@ -63,6 +63,11 @@ def test_quickstart_makes_a_valid_map_and_says_where(quickstart):
     assert (out / "mae" / "checkpoints" / "backbone.safetensors").is_file()
     assert (out / "lora" / "adapters" / "quickstart" / "adapter_model.safetensors").is_file()
     assert (out / "compare" / "comparison.md").is_file()
+    # the held-out scene's assessment against its synthetic truth (a census), printed with the other results
+    import json
+    assessment = json.loads((out / "assessment" / "assessment.json").read_text())
+    assert 0.0 <= assessment["overall_accuracy"] <= 1.0
+    assert "overall accuracy" in printed and (out / "assessment" / "confusion.png").stat().st_size > 0
     # the store the tiles come from never saw the held-out scene
     import zarr
     scenes = zarr.open_group(str(out / "tiles.zarr"), mode="r").attrs["scenes"]
