@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "slurm": ("eoscale.slurm.command", "render or submit Slurm job scripts from a cluster profile and a template"),
     "pipeline": ("eoscale.slurm.pipeline_command", "run the steps of a pipeline file (synth → ingest → fit → …) in order"),
     "sample": ("eoscale.maps.sample_command", "draw a stratified random sample of a map's pixels for reference labelling (GeoPackage + CSV)"),
-    "assess": ("eoscale.maps.assess_command", "accuracy and class areas of a map with 95 % confidence intervals (Olofsson et al. 2014)"),
+    "assess": ("eoscale.maps.assess_command", "accuracy and class areas of a map with 95 %% confidence intervals (Olofsson et al. 2014)"),
     "mosaic": ("eoscale.maps.mosaic_command", "one COG from the maps of several scenes (any UTM zones), overlaps by confidence"),
     "lineage": ("eoscale.maps.lineage_command", "the chain map → checkpoint → training run → store → scenes, and what changed since"),
     "compare": ("eoscale.track.command", "compare MLflow training runs: throughput, scaling efficiency, time to a target mIoU"),

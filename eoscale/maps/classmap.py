@@ -1,0 +1,201 @@
+"""A land-cover map as `sample` and `assess` read it: its class table, nodata and grid, and its pixels and areas
+per class, read strip by strip so that memory does not grow with the map (a 10980 × 10980 scene is read
+`STRIP_PIXELS` at a time).
+
+An eoscale map (`eoscale predict`) carries its class table in the `EOSCALE_CLASSES` tag (JSON) and its nodata
+in `EOSCALE_NODATA`; any other single-band raster of class codes can be read with a class table given
+beside it (`--classes`). Pixel areas: in a projected CRS every pixel has the transform's area; in a geographic
+CRS each row's pixels are measured on the CRS's ellipsoid (the rule of `eoscale.infer.areas`, restated here
+because the maps stage may not import `infer`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import rasterio
+from affine import Affine
+from rasterio.crs import CRS
+from rasterio.windows import Window
+
+from eoscale.classes import IGNORE_INDEX, ClassTable
+from eoscale.errors import InputError, InputNotFoundError
+
+M2_PER_HECTARE = 10_000.0
+STRIP_PIXELS = 1 << 23  # pixels read at once (8 MiB of a uint8 map; a 10980-wide map is read ~760 rows at a time)
+
+
+@dataclass(frozen=True)
+class ClassMap:
+    """What is known about a map file without reading its pixels."""
+
+    path: Path
+    table: ClassTable
+    nodata: int | None
+    crs: CRS
+    transform: Affine
+    width: int
+    height: int
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        """(left, bottom, right, top) in the map's CRS."""
+        west, south, east, north = rasterio.transform.array_bounds(self.height, self.width, self.transform)
+        return (min(west, east), min(south, north), max(west, east), max(south, north))
+
+    def lookup(self) -> np.ndarray:
+        """`lut[value]` = class index, `IGNORE_INDEX` for nodata and values not in the table."""
+        return self.table.lookup_table()
+
+    def strips(self) -> Iterator[Window]:
+        """Full-width windows of whole rows, top to bottom, about `STRIP_PIXELS` each."""
+        rows = max(1, STRIP_PIXELS // max(self.width, 1))
+        for row in range(0, self.height, rows):
+            yield Window(0, row, self.width, min(rows, self.height - row))
+
+    def pixel_area_m2(self) -> float | None:
+        """One pixel's area in m² in a projected CRS; None in a geographic one (it varies by row)."""
+        return pixel_area_m2(self.crs, self.transform)
+
+    def row_areas_m2(self, rows: np.ndarray) -> np.ndarray:
+        """The area of one pixel in each of `rows`, in m² (any CRS)."""
+        constant = self.pixel_area_m2()
+        if constant is not None:
+            return np.full(len(rows), constant, dtype=np.float64)
+        return row_areas_m2(self.crs, self.transform, rows)
+
+
+def open_map(path: str | Path, *, classes: str | Path | None = None) -> ClassMap:
+    """Read a map's class table, nodata and grid. `classes` (a class table file) replaces the map's own tag."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputNotFoundError(f"map {str(path)!r} does not exist")
+    try:
+        src = rasterio.open(path)
+    except rasterio.errors.RasterioIOError as err:
+        raise InputError(f"map {str(path)!r} is not a readable raster ({str(err).splitlines()[0]})") from None
+    with src:
+        if src.count != 1:
+            raise InputError(f"map {str(path)!r} has {src.count} bands: a land-cover map has one band of class codes")
+        if src.crs is None:
+            raise InputError(f"map {str(path)!r} has no CRS: sampling and areas need a georeferenced map")
+        tags = src.tags()
+        if classes is not None:
+            table = ClassTable.load(classes)
+        elif "EOSCALE_CLASSES" in tags:
+            try:
+                table = ClassTable.from_records(json.loads(tags["EOSCALE_CLASSES"]))
+            except (ValueError, KeyError, TypeError) as err:
+                raise InputError(f"map {str(path)!r}: its EOSCALE_CLASSES tag is not a class table ({err})") from None
+        else:
+            raise InputError(f"map {str(path)!r} has no EOSCALE_CLASSES tag: it must be a map written by "
+                             "'eoscale predict', or pass --classes CSV (code,name,color) for its codes")
+        nodata = tags.get("EOSCALE_NODATA", src.nodata)
+        nodata = None if nodata is None else int(float(nodata))
+        if src.dtypes[0] not in ("uint8", "uint16", "int16", "int32", "uint32"):
+            raise InputError(f"map {str(path)!r} holds {src.dtypes[0]} values: a land-cover map holds integer class codes")
+        return ClassMap(path, table, nodata, src.crs, src.transform, src.width, src.height)
+
+
+def class_index(values: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """Class indices of raw map (or reference) values; `IGNORE_INDEX` for values outside the lookup table."""
+    values = np.asarray(values)
+    if values.dtype in (np.uint8, np.uint16) and len(lut) > np.iinfo(values.dtype).max:
+        return lut[values]  # every value is inside the table: one gather, no temporaries
+    inside = (values >= 0) & (values < len(lut))
+    index = np.full(values.shape, IGNORE_INDEX, dtype=np.uint8)
+    index[inside] = lut[values[inside].astype(np.int64)]
+    return index
+
+
+@dataclass(frozen=True)
+class ClassAreas:
+    """Pixels and hectares per class (class-table order) of a map's valid pixels."""
+
+    pixels: np.ndarray  # int64 (C,)
+    hectares: np.ndarray  # float64 (C,)
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Each class's share of the mapped area (Olofsson's stratum weights W_i)."""
+        total = self.hectares.sum()
+        return self.hectares / total if total > 0 else np.zeros_like(self.hectares)
+
+
+def check_values(cmap: ClassMap, values: np.ndarray, index: np.ndarray) -> None:
+    """Refuse a map holding values that are neither nodata nor in its class table."""
+    stray = (index == IGNORE_INDEX) & (values != cmap.nodata if cmap.nodata is not None else True)
+    if stray.any():
+        found = sorted({int(v) for v in np.unique(values[stray])[:10]})
+        raise InputError(f"map {str(cmap.path)!r} holds values {found} that are not in its class table "
+                         f"(codes {cmap.table.codes}) nor its nodata ({cmap.nodata}): pass --classes with a table "
+                         "that has them")
+
+
+def count_classes(cmap: ClassMap) -> ClassAreas:
+    """The map's pixels and hectares per class, strip by strip."""
+    classes = len(cmap.table)
+    lut = cmap.lookup()
+    pixels = np.zeros(classes, dtype=np.int64)
+    area_m2 = np.zeros(classes, dtype=np.float64)
+    with rasterio.open(cmap.path) as src:
+        for window in cmap.strips():
+            values = src.read(1, window=window)
+            index = class_index(values, lut)
+            check_values(cmap, values, index)
+            add_areas(cmap, index, int(window.row_off), pixels, area_m2)
+    return ClassAreas(pixels, area_m2 / M2_PER_HECTARE)
+
+
+def add_areas(cmap: ClassMap, index: np.ndarray, row: int, pixels: np.ndarray, area_m2: np.ndarray) -> None:
+    """Add a strip's class indices (rows from map row `row`) to the running pixels and areas."""
+    classes = len(pixels)
+    counts = np.bincount(index.ravel(), minlength=256)[:classes]
+    pixels += counts
+    constant = cmap.pixel_area_m2()
+    if constant is not None:
+        area_m2 += counts * constant
+        return
+    per_row = cmap.row_areas_m2(np.arange(row, row + index.shape[0]))
+    for r in range(index.shape[0]):
+        area_m2 += per_row[r] * np.bincount(index[r], minlength=256)[:classes]
+
+
+def pixel_area_m2(crs: CRS, transform: Affine) -> float | None:
+    """The area of one pixel in m² in a projected CRS; None in a geographic one."""
+    if crs.is_geographic:
+        return None
+    try:
+        _, metres = crs.linear_units_factor
+    except Exception:  # a CRS without a linear unit: take its unit as metres
+        metres = 1.0
+    return abs(transform.a * transform.e - transform.b * transform.d) * metres**2
+
+
+def row_areas_m2(crs: CRS, transform: Affine, rows: np.ndarray) -> np.ndarray:
+    """The area in m² of one pixel in each of `rows` of a map in a geographic CRS, on the CRS's ellipsoid."""
+    from pyproj import CRS as ProjCRS
+
+    geod = ProjCRS.from_wkt(crs.to_wkt()).get_geod()
+    x0, x1 = transform.c, transform.c + transform.a
+    areas = np.empty(len(rows), dtype=np.float64)
+    for i, r in enumerate(rows):
+        y0, y1 = transform.f + r * transform.e, transform.f + (r + 1) * transform.e
+        area, _ = geod.polygon_area_perimeter([x0, x1, x1, x0], [y0, y0, y1, y1])
+        areas[i] = abs(area)
+    return areas
+
+
+def file_identity(path: Path) -> dict:
+    """The map's sha256, size and modification time: a sample's design names the exact map it was drawn from."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    stat = path.stat()
+    return {"sha256": digest.hexdigest(), "bytes": stat.st_size, "mtime": stat.st_mtime}
