@@ -66,7 +66,8 @@ def test_quickstart_makes_a_valid_map_and_says_where(quickstart):
     # the held-out scene's assessment against its synthetic truth (a census), printed with the other results
     import json
     assessment = json.loads((out / "assessment" / "assessment.json").read_text())
-    assert 0.0 <= assessment["overall_accuracy"] <= 1.0
+    overall = assessment["overall_accuracy"]
+    assert assessment["kind"] == "census" and 0.0 <= overall["estimate"] <= 1.0 and overall["se"] == 0.0
     assert "overall accuracy" in printed and (out / "assessment" / "confusion.png").stat().st_size > 0
     # the store the tiles come from never saw the held-out scene
     import zarr
