@@ -28,7 +28,7 @@ from eoscale import __version__
 from eoscale.catalog.digest import file_record, file_sha256
 from eoscale.catalog.stac import map_item, to_json, write_json
 from eoscale.errors import InputError
-from eoscale.infer.areas import AreaCounter, area_table, pixel_area_m2, row_areas_m2, write_area_table
+from eoscale.infer.areas import AreaCounter, area_table, write_area_table
 from eoscale.infer.config import PredictConfig, check_config
 from eoscale.infer.distributed import (
     Heartbeat,
@@ -58,6 +58,7 @@ from eoscale.infer.outputs import (
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
+from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 from eoscale.raster.sources import Scene, expand_paths, open_scene
 
 WORK_DIR = ".eoscale-predict"

@@ -25,6 +25,7 @@ from rasterio.windows import Window
 
 from eoscale.classes import IGNORE_INDEX, ClassTable
 from eoscale.errors import InputError, InputNotFoundError
+from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 
 M2_PER_HECTARE = 10_000.0
 STRIP_PIXELS = 1 << 23  # pixels read at once (8 MiB of a uint8 map; a 10980-wide map is read ~760 rows at a time)
@@ -164,31 +165,6 @@ def add_areas(cmap: ClassMap, index: np.ndarray, row: int, pixels: np.ndarray, a
     per_row = cmap.row_areas_m2(np.arange(row, row + index.shape[0]))
     for r in range(index.shape[0]):
         area_m2 += per_row[r] * np.bincount(index[r], minlength=256)[:classes]
-
-
-def pixel_area_m2(crs: CRS, transform: Affine) -> float | None:
-    """The area of one pixel in m² in a projected CRS; None in a geographic one."""
-    if crs.is_geographic:
-        return None
-    try:
-        _, metres = crs.linear_units_factor
-    except Exception:  # a CRS without a linear unit: take its unit as metres
-        metres = 1.0
-    return abs(transform.a * transform.e - transform.b * transform.d) * metres**2
-
-
-def row_areas_m2(crs: CRS, transform: Affine, rows: np.ndarray) -> np.ndarray:
-    """The area in m² of one pixel in each of `rows` of a map in a geographic CRS, on the CRS's ellipsoid."""
-    from pyproj import CRS as ProjCRS
-
-    geod = ProjCRS.from_wkt(crs.to_wkt()).get_geod()
-    x0, x1 = transform.c, transform.c + transform.a
-    areas = np.empty(len(rows), dtype=np.float64)
-    for i, r in enumerate(rows):
-        y0, y1 = transform.f + r * transform.e, transform.f + (r + 1) * transform.e
-        area, _ = geod.polygon_area_perimeter([x0, x1, x1, x0], [y0, y0, y1, y1])
-        areas[i] = abs(area)
-    return areas
 
 
 def file_identity(path: Path) -> dict:
