@@ -207,7 +207,8 @@ def bench_adapters(store: str, work: Path, *, model: str = "vit_tiny_patch16_224
         backbone = mae["backbone"]
         print(f"  {mae['seconds']:.0f} s, val loss {mae['val_loss']}", flush=True)
     runs: dict[str, dict[str, dict]] = {}
-    for frac in (1.0, fraction):
+    fractions = list(dict.fromkeys((1.0, fraction)))  # --fraction 1 fits each method once, not twice
+    for frac in fractions:
         for method in methods:
             print(f"eoscale fit: {LABELS[method]}, {frac:.0%} of the training labels, {steps} steps …", flush=True)
             result = finetune(store, work, method=method, fraction=frac, model=model, backbone=backbone, steps=steps,
@@ -218,7 +219,7 @@ def bench_adapters(store: str, work: Path, *, model: str = "vit_tiny_patch16_224
     figures = {"store": store, "model": model, "patch_size": 8, "backbone": backbone if mae is None else "pretrained here",
                "mae": mae, "steps": steps, "batch_size": batch, "decoder_channels": decoder_channels,
                "lora": {"r": lora_rank, "alpha": 2 * lora_rank, "targets": ["qkv", "proj"]},
-               "fractions": [1.0, fraction], "threads": threads, "runs": runs}
+               "fractions": fractions, "threads": threads, "runs": runs}
     figures.update(_compare(runs))
     attrs = read_store_attrs(store)
     models = tuple(dict.fromkeys((model, "vit_small_patch16_224")))
