@@ -17,9 +17,7 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from eoscale.classes import ClassTable
-from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
-
-M2_PER_HECTARE = 10_000.0
+from eoscale.raster.pixel_area import M2_PER_HECTARE, pixel_area_m2, row_areas_m2
 
 
 @dataclass

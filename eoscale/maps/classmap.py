@@ -4,14 +4,12 @@ per class, read strip by strip so that memory does not grow with the map (a 1098
 
 An eoscale map (`eoscale predict`) carries its class table in the `EOSCALE_CLASSES` tag (JSON) and its nodata
 in `EOSCALE_NODATA`; any other single-band raster of class codes can be read with a class table given
-beside it (`--classes`). Pixel areas: in a projected CRS every pixel has the transform's area; in a geographic
-CRS each row's pixels are measured on the CRS's ellipsoid (the rule of `eoscale.infer.areas`, restated here
-because the maps stage may not import `infer`).
+beside it (`--classes`). Pixel areas follow `eoscale.raster.pixel_area`, the rule `eoscale predict`'s own class
+areas use.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,11 +21,11 @@ from affine import Affine
 from rasterio.crs import CRS
 from rasterio.windows import Window
 
+from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX, ClassTable
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
+from eoscale.raster.pixel_area import M2_PER_HECTARE, pixel_area_m2, row_areas_m2
 
-M2_PER_HECTARE = 10_000.0
 STRIP_PIXELS = 1 << 23  # pixels read at once (8 MiB of a uint8 map; a 10980-wide map is read ~760 rows at a time)
 
 
@@ -169,9 +167,5 @@ def add_areas(cmap: ClassMap, index: np.ndarray, row: int, pixels: np.ndarray, a
 
 def file_identity(path: Path) -> dict:
     """The map's sha256, size and modification time: a sample's design names the exact map it was drawn from."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
     stat = path.stat()
-    return {"sha256": digest.hexdigest(), "bytes": stat.st_size, "mtime": stat.st_mtime}
+    return {"sha256": file_sha256(path), "bytes": stat.st_size, "mtime": stat.st_mtime}

@@ -19,10 +19,10 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from eoscale.classes import IGNORE_INDEX, ClassTable
+from eoscale.raster.pixel_area import M2_PER_HECTARE
 
 AREA_CRS = "EPSG:6933"  # WGS 84 / NSIDC EASE-Grid 2.0 Global: equal-area, defined everywhere
 AREA_STEP = 16  # pixels between the corners projected to measure pixel areas
-M2_PER_HECTARE = 10_000.0
 
 
 def ground_m2(crs: CRS, bounds: tuple[float, float, float, float]) -> float:

@@ -24,6 +24,7 @@ import rasterio
 from rasterio.enums import Resampling
 from rasterio.windows import Window
 
+from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.maps.classmap import (
@@ -34,7 +35,6 @@ from eoscale.maps.classmap import (
     check_values,
     class_index,
     count_classes,
-    file_identity,
 )
 from eoscale.maps.samplefile import REFERENCE, design_of, read_design
 
@@ -215,7 +215,7 @@ def _crs_name(crs: str) -> str:
 
 def _design_areas(cmap: ClassMap, record: dict, path: Path) -> ClassAreas:
     """The strata areas a design recorded, if it describes this map (same file, same class codes)."""
-    if record["map"].get("sha256") != file_identity(cmap.path)["sha256"]:
+    if record["map"].get("sha256") != file_sha256(cmap.path):
         raise InputError(f"design {str(path)!r} describes another map ({record['map'].get('path')}, sha256 differs): "
                          "assess the map the sample was drawn from, or draw a sample of this one")
     codes = [s["code"] for s in record["strata"]]

@@ -21,27 +21,20 @@ import time
 import warnings
 from pathlib import Path
 
+from eoscale.catalog.stac import PREDICT_RUN
+from eoscale.maps.lineage import item_path
 from eoscale.track.store import artifact_location
 
 EXPERIMENT = "eoscale-assess"
-ITEM_PROPERTY = "eoscale:predict_run"
-MAP_SUFFIX = "_landcover"
-
-
-def item_of(map_path: Path) -> Path:
-    """The STAC Item of a map `<scene>_landcover.tif`: `<scene>_item.json` beside it."""
-    stem = map_path.stem
-    scene = stem[: -len(MAP_SUFFIX)] if stem.endswith(MAP_SUFFIX) else stem
-    return map_path.with_name(f"{scene}_item.json")
 
 
 def predict_run(map_path: Path) -> dict | None:
     """`{"run_id", "tracking_uri"}` of the run that made the map, from its item; None if unknown."""
-    item = item_of(Path(map_path))
+    item = item_path(Path(map_path))
     if not item.is_file():
         return None
     try:
-        run = json.loads(item.read_text()).get("properties", {}).get(ITEM_PROPERTY)
+        run = json.loads(item.read_text()).get("properties", {}).get(PREDICT_RUN)
     except (OSError, ValueError, AttributeError):
         warnings.warn(f"STAC item {str(item)!r} is not readable JSON: the assessment goes to a new MLflow run",
                       RuntimeWarning, stacklevel=2)

@@ -10,6 +10,8 @@ import numpy as np
 from affine import Affine
 from rasterio.crs import CRS
 
+M2_PER_HECTARE = 10_000.0
+
 
 def pixel_area_m2(crs: CRS, transform: Affine) -> float | None:
     """The area of one pixel in m² in a projected CRS; None in a geographic one (it varies by row)."""
