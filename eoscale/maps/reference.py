@@ -83,7 +83,8 @@ def strata_check(cmap: ClassMap, counts: np.ndarray, areas: ClassAreas, what: st
 
 # -- a labelled sample -----------------------------------------------------------------------------------------
 def sample_reference(cmap: ClassMap, path: Path, *, design: Path | None = None) -> Reference:
-    design_path = design or (design_of(path) if design_of(path).is_file() else None)
+    beside = design_of(path)
+    design_path = design or (beside if beside.is_file() else None)
     record = read_design(design_path) if design_path else None
     design_areas = _design_areas(cmap, record, design_path) if record else None  # a design of another map: refused first
     table, xy_crs = _read_points(path, record)
@@ -108,7 +109,7 @@ def sample_reference(cmap: ClassMap, path: Path, *, design: Path | None = None) 
         if differ:
             raise InputError(f"{differ} points of {str(path)!r} lie on pixels whose map class is not their 'stratum': "
                              "the sample was drawn from another map; assess that map, or draw a sample of this one")
-    ref_index = cmap.lookup()[reference]
+    ref_index = lut[reference]
     classes = len(cmap.table)
     counts = np.bincount(index.astype(np.int64) * classes + ref_index, minlength=classes * classes)
     counts = counts.reshape(classes, classes).astype(np.int64)

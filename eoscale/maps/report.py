@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from eoscale import __version__
 from eoscale.classes import ClassTable
 from eoscale.errors import OutputExistsError
 from eoscale.maps.estimate import Z95, Estimates
+from eoscale.maps.publish import partial, published
 
 FILES = ("assessment.csv", "assessment.md", "confusion.png", "assessment.json")  # the JSON last: it marks one finished
 CSV_COLUMNS = ("code", "name", "map_pixels", "mapped_area_ha", "weight", "n", "users_accuracy", "users_accuracy_ci95",
@@ -177,10 +177,6 @@ def check_folder(folder: Path, *, overwrite: bool) -> None:
         raise OutputExistsError(f"{str(done)!r} exists: pass --overwrite to replace it, or another --output")
 
 
-def partial(path: Path) -> Path:
-    return path.with_name(f".{path.stem}.partial{path.suffix}")
-
-
 def write_report(report: dict, folder: Path, *, overwrite: bool) -> list[Path]:
     """Write the four files; returns their paths."""
     folder = Path(folder)
@@ -188,14 +184,9 @@ def write_report(report: dict, folder: Path, *, overwrite: bool) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / name for name in FILES]
     csv_path, md_path, png_path, json_path = paths
-    try:
+    with published(paths):  # the JSON last
         write_csv(report, partial(csv_path))
         partial(md_path).write_text(markdown(report))
         write_confusion_png(report, partial(png_path))
         partial(json_path).write_text(json.dumps(report, indent=2) + "\n")
-        for path in paths:
-            os.replace(partial(path), path)
-    finally:
-        for path in paths:
-            partial(path).unlink(missing_ok=True)
     return paths

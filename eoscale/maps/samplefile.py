@@ -13,7 +13,6 @@ interrupted run leaves nothing that looks finished; existing outputs are kept un
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from eoscale import __version__
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.maps.classmap import ClassMap, file_identity
 from eoscale.maps.design import Allocation, Sample
+from eoscale.maps.publish import partial, published
 
 DESIGN_VERSION = 1
 LAYER = "sample"
@@ -54,11 +54,6 @@ class SampleFiles:
 def design_of(path: Path) -> Path:
     """Where the design of a sample file (`<prefix>.csv` or `.gpkg`) lies: `<prefix>_design.json`."""
     return path.with_name(path.stem + "_design.json")
-
-
-def partial(path: Path) -> Path:
-    """The hidden name a file is written under (suffix kept: GDAL picks drivers by it)."""
-    return path.with_name(f".{path.stem}.partial{path.suffix}")
 
 
 def points_table(cmap: ClassMap, sample: Sample):
@@ -115,16 +110,11 @@ def write_sample(cmap: ClassMap, sample: Sample, allocation: Allocation, *, seed
         path.parent.mkdir(parents=True, exist_ok=True)
     table = points_table(cmap, sample)
     design = design_record(cmap, sample, allocation, seed=seed, files=files)
-    try:
-        partial(files.gpkg).unlink(missing_ok=True)
+    with published(files.all()):  # the design last: its presence marks a finished sample
+        partial(files.gpkg).unlink(missing_ok=True)  # GDAL would add a layer to a GeoPackage left by a killed run
         table.to_file(partial(files.gpkg), driver="GPKG", layer=LAYER)
         table.drop(columns="geometry").to_csv(partial(files.csv), index=False, float_format="%.10g")
         partial(files.design).write_text(json.dumps(design, indent=2) + "\n")
-        for path in files.all():  # the design last: its presence marks a finished sample
-            os.replace(partial(path), path)
-    finally:
-        for path in files.all():
-            partial(path).unlink(missing_ok=True)
     return design
 
 
