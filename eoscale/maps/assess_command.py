@@ -68,7 +68,7 @@ def print_summary(report: dict, output: Path) -> None:
     oa = report["overall_accuracy"]
     census = report["kind"] == "census"
     ci = "" if oa["ci95"] is None or census else f" ± {oa['ci95']:.3f}"
-    kind = "census" if report["kind"] == "census" else f"{report['n']} points"
+    kind = "census" if census else f"{report['n']} points"
     print(f"{Path(report['map']).name} against {Path(report['reference']).name} ({kind}): "
           f"overall accuracy {oa['estimate']:.3f}{ci}")
     print(f"  {'class':<28} {'user':>7} {'producer':>9} {'mapped ha':>12} {'adjusted ha':>22}")
