@@ -1,5 +1,6 @@
 """`eoscale bench learning` runs end to end on a tiny store: the per-pixel baseline, the calibration fit, and a
-fit whose step count comes from it (no figure asserted: a few steps learn nothing)."""
+fit whose step count comes from it, stopped by its 15 s budget (`max_time`) and validated there (no figure
+asserted: a few steps learn nothing)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from eoscale.cli import main
 
 @pytest.mark.slow
 def test_bench_learning_records_both_models(store, tmp_path, capsys):
-    code = main(["bench", "learning", str(store), "--minutes", "0.5", "--pixels", "2000", "--batch-size", "4",
+    code = main(["bench", "learning", str(store), "--minutes", "0.25", "--pixels", "2000", "--batch-size", "4",
                  "--workers", "0", "--record", str(tmp_path)])
     assert code == 0
     figures = json.loads((tmp_path / "learning.json").read_text())[-1]
