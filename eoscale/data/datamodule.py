@@ -177,6 +177,13 @@ class TileDataModule(LightningDataModule):
         return int(self.attrs[schema.ATTR_IGNORE_INDEX])
 
     @property
+    def labelled(self) -> bool:
+        """False for a store ingested without label rasters (`eoscale ingest` without `--labels`: every label is
+        `ignore_index`; images for pretraining only); a store that does not list its inputs counts as labelled."""
+        inputs = self.attrs.get(schema.ATTR_INPUTS)
+        return inputs is None or any(record.get("role") == "labels" for record in inputs)
+
+    @property
     def statistics(self) -> dict[str, list[float]]:
         """The normalisation used: per-band mean and std of the chosen bands, in their order."""
         stats = self.attrs[schema.ATTR_STATISTICS]

@@ -187,6 +187,11 @@ class SegmentationTask(BaseTask):
         return int(self.hparams.num_classes)
 
     def read_datamodule(self, datamodule: Any) -> None:
+        if not getattr(datamodule, "labelled", True):
+            raise InputError(
+                f"tile store {datamodule.store!r} has no labels (ingested without --labels): fit, validate and test "
+                "need a labelled store; pretrain on this one with 'eoscale pretrain', or ingest again with --labels"
+            )
         # kept in hparams so the checkpoint alone rebuilds the model (load_from_checkpoint, predict)
         self.hparams.in_chans = int(datamodule.num_bands)
         self.hparams.num_classes = int(datamodule.num_classes)
