@@ -20,5 +20,9 @@ echo "setup: installing eoscale into .venv (first time: a few minutes)"
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 .venv/bin/python -m pip install -q -e '.[dev]'
+# eoscale serve: PyTriton (bundles tritonserver) without its numpy<2 pin, see eoscale/serve/numpy2.py
+.venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0'
+# Holistic Trace Analysis (--profile summaries): without its declared jupyterlab, which only its notebooks need
+.venv/bin/python -m pip install -q --no-deps 'HolisticTraceAnalysis==0.5.0'
 echo "$want" > $stamp
 echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"

@@ -45,6 +45,9 @@ def log_known_runs(uri: str, *, experiment: str = "eoscale", artifacts: Path | N
             client.log_metric(rid, "throughput/samples_per_s_device", throughput * factor / devices, timestamp=at, step=step)
             client.log_metric(rid, "time/epoch_s", 1000 / (throughput * factor), timestamp=at, step=step)
             client.log_metric(rid, "memory/peak_mb", 500.0 + 100 * devices * factor, timestamp=at, step=step)
+            # the steady data-wait share (after the first window) is 0.1 per device: 10 %, 20 %, 40 %
+            client.log_metric(rid, "steptime/data_wait_share", 0.1 * devices if factor == 1.0 else 0.9,
+                              timestamp=at, step=step)
         for step, (seconds, value) in enumerate(curve):
             client.log_metric(rid, "val_miou", value, timestamp=start + seconds * 1000, step=step)
         client.set_terminated(rid, end_time=start + wall * 1000)

@@ -27,9 +27,9 @@ def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = N
         return None
 
 
-def log_prediction(config, result, *, tracking_uri: str | None = None) -> str | None:
-    """Log a finished prediction run (`eoscale.infer.run.RunResult`); returns the MLflow run id, None if
-    tracking failed."""
+def log_prediction(config, result, *, tracking_uri: str | None = None, profile: list[Path] = ()) -> str | None:
+    """Log a finished prediction run (`eoscale.infer.run.RunResult`), with the `--profile` files if any; returns
+    the MLflow run id, None if tracking failed."""
     results, seconds = result.scenes, result.seconds
     logger = open_run(Path(config.output), tracking_uri)
     if logger is None:
@@ -61,6 +61,8 @@ def log_prediction(config, result, *, tracking_uri: str | None = None) -> str | 
         logger.log_artifact(r.outputs["quicklook"], "quicklook")
         logger.log_artifact(r.outputs["areas_csv"], "areas")
         logger.log_artifact(r.outputs["areas_json"], "areas")
+    for path in profile:
+        logger.log_artifact(path, "profile")
     logger.finalize("success")
     return None if logger.failed else logger.run_id
 

@@ -3,7 +3,8 @@
 Everything comes from what `eoscale fit` logs (`eoscale.train.monitor`): the `run/*` and `data/*` params
 (strategy, world size, nodes, devices per node, precision, global batch, Slurm job, band contract) and
 the metrics `throughput/samples_per_s`, `throughput/samples_per_s_device`, `time/epoch_s`,
-`memory/peak_mb` and `val_miou` (with its history and timestamps). Nothing here depends on the machine a
+`memory/peak_mb`, `steptime/data_wait_share` (the share of a step spent waiting for the loader: near 1, the run
+is input-bound) and `val_miou` (with its history and timestamps). Nothing here depends on the machine a
 run came from, so runs of different Slurm jobs or clusters synced into one store compare together.
 
 Scaling efficiency compares a run with the run(s) of the fewest devices of the same model and data
@@ -32,6 +33,8 @@ THROUGHPUT = "throughput/samples_per_s"
 THROUGHPUT_DEVICE = "throughput/samples_per_s_device"
 EPOCH_TIME = "time/epoch_s"
 PEAK_MEMORY = "memory/peak_mb"
+DATA_WAIT = "steptime/data_wait_share"  # the share of a step blocked on the loader (eoscale.train.steptime)
+EFFICIENCY = "compare/efficiency"  # written back to each compared run, for MLflow's own compare view
 # what identifies "the same model and data" for the efficiency baseline: no paths, which differ by machine
 GROUP_PARAMS = ("run/model", "run/backbone", "data/bands", "data/tile_size", "data/classes")
 MISSING = "–"
@@ -53,6 +56,7 @@ class RunRow:
     samples_per_s: float | None
     samples_per_s_device: float | None
     efficiency: float | None
+    data_wait_share: float | None
     epoch_s: float | None
     target_miou: float | None
     time_to_target_s: float | None
@@ -151,7 +155,7 @@ def compare_runs(client, runs: Sequence, *, target_miou: float | None = None) ->
             run_name=f["run_name"], run_id=f["run_id"], model=f["model"], strategy=f["strategy"], nodes=f["nodes"],
             devices_per_node=f["devices_per_node"], devices=devices, global_batch=f["global_batch"],
             precision=f["precision"], samples_per_s=f["samples_per_s"], samples_per_s_device=f["samples_per_s_device"],
-            efficiency=efficiency, epoch_s=f["epoch_s"], target_miou=target_miou, time_to_target_s=seconds,
+            efficiency=efficiency, data_wait_share=f["data_wait_share"], epoch_s=f["epoch_s"], target_miou=target_miou, time_to_target_s=seconds,
             device_hours_to_target=seconds * devices / 3600 if seconds is not None and devices else None,
             best_val_miou=f["best_val_miou"], peak_memory_mb=f["peak_memory_mb"], wall_s=f["wall_s"],
             device_hours=f["wall_s"] * devices / 3600 if f["wall_s"] is not None and devices else None,
@@ -164,7 +168,7 @@ def compare_runs(client, runs: Sequence, *, target_miou: float | None = None) ->
 def _run_facts(client, run) -> dict[str, Any]:
     params, info = run.data.params, run.info
     history = {name: client.get_metric_history(info.run_id, name)
-               for name in (MIOU, THROUGHPUT, THROUGHPUT_DEVICE, EPOCH_TIME, PEAK_MEMORY)}
+               for name in (MIOU, THROUGHPUT, THROUGHPUT_DEVICE, EPOCH_TIME, PEAK_MEMORY, DATA_WAIT)}
     nodes, per_node = _int(params.get("run/num_nodes")), _int(params.get("run/devices_per_node"))
     devices = _int(params.get("run/world_size")) or (nodes * per_node if nodes and per_node else None)
     total, per_device = _steady(history[THROUGHPUT]), _steady(history[THROUGHPUT_DEVICE])
@@ -190,6 +194,7 @@ def _run_facts(client, run) -> dict[str, Any]:
         "samples_per_s": total,
         "samples_per_s_device": per_device,
         "epoch_s": _steady(history[EPOCH_TIME]),
+        "data_wait_share": _steady(history[DATA_WAIT]),
         "best_val_miou": max((v for _, v in curve), default=run.data.metrics.get(MIOU)),
         "peak_memory_mb": max(peaks) if peaks else None,
         "wall_s": (end - start) / 1000 if start and end and end >= start else None,
@@ -248,6 +253,8 @@ def format_value(name: str, value: Any) -> str:
     if value is None:
         return MISSING
     if isinstance(value, float):
+        if name == "data_wait_share":
+            return f"{value:.0%}"
         if name in ("efficiency", "best_val_miou", "target_miou"):
             return f"{value:.3f}"
         if name in ("device_hours", "device_hours_to_target"):
@@ -269,7 +276,7 @@ def write_csv(rows: Sequence[RunRow], path: Path) -> Path:
 TABLE_COLUMNS = {  # the columns people read (terminal, Markdown): column -> header
     "run_name": "run", "model": "model", "strategy": "strategy", "nodes": "nodes", "devices_per_node": "dev/node",
     "global_batch": "global batch", "precision": "precision", "samples_per_s": "samples/s",
-    "samples_per_s_device": "samples/s/dev", "efficiency": "efficiency", "epoch_s": "epoch s",
+    "samples_per_s_device": "samples/s/dev", "efficiency": "efficiency", "data_wait_share": "data wait", "epoch_s": "epoch s",
     "time_to_target_s": "s to target", "best_val_miou": "best val mIoU", "peak_memory_mb": "peak MB",
     "device_hours": "device-h",
 }
@@ -282,7 +289,8 @@ def write_markdown(comparison: Comparison, path: Path) -> Path:
         "",
         f"Tracking store: `{comparison.tracking_uri}`. Target mIoU: "
         f"{format_value('target_miou', comparison.target_miou)}. Efficiency: per-device throughput against "
-        "the run with the fewest devices of the same model and data.",
+        "the run with the fewest devices of the same model and data. Data wait: the share of a training step "
+        "spent waiting for the loader (steady state; near 100 % a run is input-bound).",
         "",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
@@ -330,6 +338,9 @@ def log_comparison(client, comparison: Comparison, files: Sequence[Path]) -> str
         client.log_param(run_id, "runs", len(ids))
         for path in files:
             client.log_artifact(run_id, str(path), "plots" if path.suffix == ".png" else None)
+        for row in comparison.rows:  # MLflow's own compare view then shows efficiency beside throughput
+            if row.efficiency is not None:
+                client.log_metric(row.run_id, EFFICIENCY, row.efficiency)
         client.set_terminated(run_id)
         return run_id
     except Exception as err:  # noqa: BLE001 - a refusing store must not lose the written tables

@@ -41,6 +41,23 @@ HTTP_TIMEOUT = "20"
 LOCKED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries while SQLite says "database is locked"
 
 
+LAUNCHER_ENV = "EOSCALE_LAUNCHER"  # set by a launcher eoscale cannot see from the environment (Ray: "ray")
+
+
+def detect_launcher() -> str:
+    """What started this process's ranks, for the `run/launcher` param: `$EOSCALE_LAUNCHER` if set (a launcher
+    says so itself), else `torchrun` (TorchElastic's variables), `srun` (a Slurm job step's task), or `local`
+    (one process, or Lightning's own launcher starting the ranks of one machine)."""
+    named = os.environ.get(LAUNCHER_ENV, "").strip()
+    if named:
+        return named
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return "torchrun"
+    if "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ:
+        return "srun"
+    return "local"
+
+
 def is_transient(err: BaseException) -> bool:
     """A SQLite store busy with another writer (another rank, a predict run beside a fit): worth a retry."""
     text = f"{err} {err.__cause__ or ''} {err.__context__ or ''}".lower()

@@ -22,6 +22,7 @@ from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
 
 from eoscale.contract import RUN_KEY  # in a checkpoint: the MLflow run that wrote it
+from eoscale.track.logger import detect_launcher
 
 
 def mlflow_loggers(trainer: Trainer) -> list[MLFlowLogger]:
@@ -109,14 +110,14 @@ def run_facts(trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
         "run/torch": torch.__version__,
         "run/slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "run/device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "run/launcher": detect_launcher(),
     }
     contract = getattr(pl_module, "contract", None)
     if contract is not None:
         facts["data/bands"] = ",".join(contract.bands)
         facts["data/tile_size"] = contract.tile_size
         facts["data/classes"] = ",".join(c["name"] for c in contract.classes)
-    if datamodule is not None and getattr(datamodule, "hparams", None):
-        facts.update({f"data/{k}": v for k, v in dict(datamodule.hparams).items()})
+    # the datamodule's own arguments are the config's `data.*` params already (eoscale.train.params)
     return {k: v for k, v in facts.items() if v is not None}
 
 
@@ -160,11 +161,18 @@ class TrainingMonitor(Callback):
         self._log_facts(trainer, pl_module)
 
     def _log_facts(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        from eoscale.train.params import description
+
         facts = run_facts(trainer, pl_module)  # every rank: no collectives inside, but cheap
+        store = store_lineage(getattr(trainer, "datamodule", None)) if trainer.is_global_zero else None
+        if store is not None and store["fingerprint"]:
+            facts["run/store_fingerprint"] = store["fingerprint"]
         for logger in mlflow_loggers(trainer):
             logger.log_hyperparams(facts)
             if hasattr(logger, "set_tags"):
-                logger.set_tags({"eoscale.command": getattr(trainer.state.fn, "value", str(trainer.state.fn)), "eoscale.strategy": facts["run/strategy"]})
+                logger.set_tags({"eoscale.command": getattr(trainer.state.fn, "value", str(trainer.state.fn)),
+                                 "eoscale.strategy": facts["run/strategy"],
+                                 "mlflow.note.content": description(facts, Path(store["path"]).name if store else None)})
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         # the MLflow run travels with the checkpoint: a resumed training continues it (`resume_run_id`)

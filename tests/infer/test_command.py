@@ -11,6 +11,7 @@ import torch
 from mlflow import MlflowClient
 
 from eoscale.cli import main
+from eoscale.track.trace_summary import load_trace
 from tests.rasters import CLASSES_CSV, write_labels, write_scene
 
 
@@ -19,7 +20,7 @@ def test_predict_logs_to_the_embedded_mlflow_store(checkpoint, scene, tmp_path, 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     out = tmp_path / "maps"
     assert main(["predict", "--checkpoint", str(checkpoint), "--input", str(scene), "--output", str(out),
-                 "--overlap", "0.5", "--batch-size", "8"]) == 0
+                 "--overlap", "0.5", "--batch-size", "8", "--profile"]) == 0
     printed = capsys.readouterr().out
     assert "odd" in printed and "301×347" in printed and "MLflow run" in printed
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
@@ -35,6 +36,14 @@ def test_predict_logs_to_the_embedded_mlflow_store(checkpoint, scene, tmp_path, 
     assert sum(areas.values()) == pytest.approx((301 * 347 - 50 * 70) / 100, abs=0.01)
     artifacts = {a.path for folder in ("quicklook", "areas") for a in client.list_artifacts(run.info.run_id, folder)}
     assert artifacts == {"quicklook/odd_quicklook.png", "areas/odd_areas.csv", "areas/odd_areas.json"}
+    # --profile: the trace beside the map (batches 2-6 of the process), its summary, both in the run
+    assert (out / "odd_landcover.tif").is_file()
+    trace = load_trace(out / "profile" / "rank0.pt.trace.json.gz")
+    steps = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
+    assert steps == {f"ProfilerStep#{i}" for i in range(2, 7)}
+    assert "aten::conv2d" in (out / "profile" / "summary.md").read_text()
+    profiled = {a.path for a in client.list_artifacts(run.info.run_id, "profile")}
+    assert profiled == {"profile/rank0.pt.trace.json.gz", "profile/summary.md", "profile/summary.png"}
 
 
 @pytest.mark.slow

@@ -45,6 +45,14 @@ def test_efficiency_time_to_target_and_device_hours(sqlite_runs):
     assert cmp.format_value("efficiency", crashed.efficiency) == "–"
 
 
+def test_data_wait_share_is_the_steady_state(sqlite_runs):
+    uri, _ = sqlite_runs
+    _, rows = _rows(uri)
+    assert [rows[f"ddp-{n}"].data_wait_share for n in (1, 2, 4)] == pytest.approx([0.1, 0.2, 0.4])
+    assert rows["crashed"].data_wait_share is None
+    assert cmp.format_value("data_wait_share", 0.2) == "20%"
+
+
 def test_default_target_is_the_level_every_run_reached(sqlite_runs):
     uri, ids = sqlite_runs
     comparison, rows = _rows(uri, run_ids=[ids["ddp-4"], ids["ddp-1"], ids["ddp-2"]])

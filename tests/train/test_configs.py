@@ -9,7 +9,8 @@ import pytest
 from eoscale.train.cli import EoscaleCLI
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml"))
+OPTIONS = {CONFIGS / "profile.yaml"}  # options of any run, not a model: `--config configs/profile.yaml` = `--profile`
+MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if p not in OPTIONS)
 FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
 # overlays of one config each: the quick start's small versions (pipelines/quickstart.yaml)
 OVERLAYS = {CONFIGS / "quickstart" / "pretrain.yaml": CONFIGS / "mae_pretrain.yaml",
@@ -19,7 +20,19 @@ OVERLAYS = {CONFIGS / "quickstart" / "pretrain.yaml": CONFIGS / "mae_pretrain.ya
 def test_every_config_is_covered():
     assert {p.name for p in MODEL_CONFIGS} >= {"smoke.yaml", "resnet18_seg.yaml", "vit_s16_seg.yaml"}
     assert {p.name for p in FRAGMENTS} >= {"ddp.yaml", "fsdp.yaml"}
-    assert set(CONFIGS.rglob("*.yaml")) == set(MODEL_CONFIGS) | set(FRAGMENTS) | set(OVERLAYS)
+    assert set(CONFIGS.rglob("*.yaml")) == set(MODEL_CONFIGS) | set(FRAGMENTS) | set(OVERLAYS) | OPTIONS
+
+
+def test_the_profile_fragment_is_the_profile_flag(store: Path, tmp_path: Path, monkeypatch):
+    from eoscale.train.profiling import Profiling
+
+    monkeypatch.chdir(tmp_path)
+    common = ["--config", str(CONFIGS / "smoke.yaml"), "--data.init_args.store", str(store),
+              "--trainer.default_root_dir", str(tmp_path)]
+    for extra in (["--config", str(CONFIGS / "profile.yaml")], ["--profile.enabled=true"]):
+        cli = EoscaleCLI(args=[*common, *extra], run=False)
+        (profiling,) = [c for c in cli.trainer.callbacks if isinstance(c, Profiling)]
+        assert profiling.enabled and profiling.schedule.steps == 5
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS), ids=lambda p: f"quickstart-{p.stem}")
