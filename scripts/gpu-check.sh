@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One prepared check of eoscale on a GPU node, under 8 minutes on one H200: run it as is, then read the figures.
+#
+#   bash scripts/gpu-check.sh                          # on a GPU node: full size, figures into benchmarks/
+#   bash scripts/gpu-check.sh --device cpu --size tiny --out /tmp/check --record /tmp/check/benchmarks   # this script's own test
+#
+# 1. a synthetic tile store (eoscale synth + ingest; 224-px tiles at full size)
+# 2. eoscale bench gpu: bf16 ViT-B/16 training samples/s and MFU (FLOPs by torch.utils.flop_counter), the
+#    loader's data-wait share at that speed, one FSDP2 step                 → <record>/gpu-<device>.json
+# 3. eoscale bench predict --device <device>: whole-scene prediction against the bare forward → <record>/predict.json
+# 4. eoscale fit --profile on the store: a profiled run; its trace and summary (with HTA's temporal breakdown
+#    and comm/compute overlap on a GPU trace) in <out>/fit/profile/ and the run's MLflow artifacts
+# 5. if `nsys` is on PATH: the same fit under Nsight Systems, captured over the steps of the NVTX capture range
+#    (as `eoscale slurm submit … --set nsys=true` does per rank)                → <out>/nsys/fit-rank0.nsys-rep
+#
+# Every step prints its figures; the last lines name the files. README.md, "Profiling", says what each means.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+device=cuda size=full out=runs/gpu-check record=benchmarks
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --device) device=$2; shift 2 ;;
+        --size) size=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --record) record=$2; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        *) echo "gpu-check.sh: error: unknown argument '$1' (give --device cuda|cpu, --size full|tiny, --out DIR, --record DIR)" >&2; exit 2 ;;
+    esac
+done
+case $device in cuda|cpu) ;; *) echo "gpu-check.sh: error: --device '$device': give cuda or cpu" >&2; exit 2 ;; esac
+case $size in
+    full) scenes=4 px=1200 tile=224 predict=(--size 8192 --backbone vit_base_patch16_224 --tile 224 --batch-size 64)
+          fit=(--config configs/vit_s16_seg.yaml --trainer.max_steps 12 --data.init_args.batch_size 32) ;;
+    tiny) scenes=2 px=256 tile=32 predict=(--size 256 --tile 32 --batch-size 4 --repeats 1)
+          fit=(--config configs/smoke.yaml --trainer.max_steps 6 --data.init_args.batch_size 4) ;;
+    *) echo "gpu-check.sh: error: --size '$size': give full or tiny" >&2; exit 2 ;;
+esac
+[[ -x .venv/bin/eoscale ]] && PATH="$PWD/.venv/bin:$PATH"
+export MLFLOW_TRACKING_URI=${MLFLOW_TRACKING_URI:-sqlite:///$(realpath -m "$out")/mlflow.db}
+accelerator=$([[ $device == cuda ]] && echo gpu || echo cpu)
+mkdir -p "$out"
+say() { echo "gpu-check: $*"; }
+
+say "1/5 tile store ($scenes scenes of ${px} px, ${tile}-px tiles) in $out/tiles.zarr"
+eoscale synth "$out/data" --scenes "$scenes" --size "$px" --overwrite >/dev/null
+eoscale ingest --scenes "$out"/data/scenes/*.tif --labels "$out"/data/labels/*_landcover.tif \
+    --classes "$out/data/classes.csv" --output "$out/tiles.zarr" --tile-size "$tile" --split-block 1 --overwrite >/dev/null
+
+say "2/5 training throughput, MFU, data wait, FSDP2 step"
+eoscale bench gpu "$out/tiles.zarr" --device "$device" --size "$size" --record "$record"
+
+say "3/5 prediction throughput"
+eoscale bench predict --device "$device" "${predict[@]}" --record "$record"
+
+say "4/5 a profiled fit"
+fit_args=("${fit[@]}" --data.init_args.store "$out/tiles.zarr" --trainer.accelerator "$accelerator" --trainer.devices 1
+          --trainer.default_root_dir "$out/fit" --trainer.val_check_interval 1000 --trainer.limit_val_batches 1
+          --trainer.enable_progress_bar false --model.init_args.weights null)
+[[ $size == full ]] && fit_args+=(--trainer.precision bf16-mixed)
+[[ $size == tiny ]] && fit_args+=(--profile.wait 1 --profile.warmup 1 --profile.active 2)
+eoscale fit "${fit_args[@]}" --profile
+
+if command -v nsys >/dev/null 2>&1; then
+    say "5/5 the same fit under Nsight Systems (steps 4-8)"
+    mkdir -p "$out/nsys"
+    NSYS_NVTX_PROFILER_REGISTER_ONLY=0 nsys profile --trace=cuda,nvtx,osrt --capture-range=nvtx \
+        --nvtx-capture=eoscale-capture --capture-range-end=stop --force-overwrite=true \
+        --output="$out/nsys/fit-rank0" eoscale fit "${fit_args[@]}" --steptime.capture_start 4 --steptime.capture_steps 4
+else
+    say "5/5 skipped: no nsys on PATH (module load nsight-systems, or install NVIDIA's Nsight Systems)"
+fi
+
+say "done: figures in $record/gpu-$device.json and $record/predict.json; profile in $out/fit/profile/*/summary.md"
