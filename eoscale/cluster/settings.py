@@ -15,8 +15,9 @@ from typing import Any
 
 from eoscale.errors import InputError
 
-ALL = ("fit", "pretrain", "predict", "ingest", "run")
+ALL = ("fit", "pretrain", "predict", "ingest", "run", "ray")
 TRAIN = ("fit", "pretrain")
+RAY = ("ray",)  # fit/pretrain with Ray Train on a Ray cluster the job starts (slurm/ray.sbatch.j2)
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 _TIME = re.compile(r"^(?:(\d{1,3})-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
@@ -159,26 +160,33 @@ KEYS: dict[str, Key] = {
     "reservation": Key(name, "a reservation (sbatch --reservation)"),
     "job_name": Key(name, "the job's name (default: eoscale-TEMPLATE)"),
     "time": Key(time_limit, "time limit HH:MM:SS or D-HH:MM:SS"),
-    "nodes": Key(integer(1, 4096), "nodes (data-parallel training across nodes)", TRAIN + ("run",), 1),
-    "tasks_per_node": Key(integer(1, 256), "tasks per node: one per GPU (default: the profile's)", TRAIN + ("predict",)),
+    "nodes": Key(integer(1, 4096), "nodes (data-parallel training across nodes)", TRAIN + ("run",) + RAY, 1),
+    "tasks_per_node": Key(integer(1, 256), "tasks per node: one per GPU (default: the profile's); ray: Ray nodes per node",
+                          TRAIN + ("predict",) + RAY),
     "cpus_per_task": Key(integer(1, 1024), "CPU cores per task (default: the profile's)"),
-    "gpus_per_node": Key(integer(0, 16), "GPUs per node, 0 for none (default: the profile's)", TRAIN + ("predict", "run")),
+    "gpus_per_node": Key(integer(0, 16), "GPUs per node, 0 for none (default: the profile's)", TRAIN + ("predict", "run") + RAY),
     "cpu_bind": Key(cpu_bind, "srun --cpu-bind (default: the profile's)", TRAIN + ("predict", "run")),
     "workdir": Key(path, "folder the job runs in (default: the folder sbatch was called from)"),
     "log_dir": Key(plain_path, "folder of the job's output files, relative to workdir", ALL, "logs"),
     "venv": Key(path, "the Python environment to activate, relative to workdir", ALL, ".venv"),
     "mlflow_uri": Key(path, "MLflow tracking URI (default: the profile's, a SQLite store on the shared file system)",
-                      TRAIN + ("predict",)),
+                      TRAIN + ("predict",) + RAY),
     "args": Key(words, "more arguments for the eoscale command, e.g. --set args='--trainer.max_epochs 3'", ALL, []),
     # training
-    "config": Key(paths, "LightningCLI config file(s), in order (--config, repeatable)", TRAIN, []),
-    "strategy": Key(choice("ddp", "fsdp"), "parallel strategy: configs/strategy/ddp.yaml or fsdp.yaml", TRAIN, "ddp"),
-    "master_port": Key(integer(1024, 65535), "rendezvous port on the first node (default: 20000 + job id % 20000)", TRAIN),
-    "master_addr_suffix": Key(suffix, "appended to the first node's name to pick its fast network (JSC: i)", TRAIN),
-    "socket_ifname": Key(ifname, "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (JSC: ib0)", TRAIN),
+    "config": Key(paths, "LightningCLI config file(s), in order (--config, repeatable)", TRAIN + RAY, []),
+    "strategy": Key(choice("ddp", "fsdp"), "parallel strategy: configs/strategy/ddp.yaml or fsdp.yaml", TRAIN + RAY, "ddp"),
+    "master_port": Key(integer(1024, 65535), "rendezvous port on the first node (default: 20000 + job id % 20000); ray: the head's port",
+                         TRAIN + RAY),
+    "master_addr_suffix": Key(suffix, "appended to the first node's name to pick its fast network (JSC: i)", TRAIN + RAY),
+    "socket_ifname": Key(ifname, "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (JSC: ib0)", TRAIN + RAY),
     "signal_seconds": Key(integer(30, 7200), "send SIGUSR1 this long before the time limit: checkpoint and requeue",
                           TRAIN, 300),
     "requeue": Key(boolean, "requeue at the time limit and resume from the checkpoint (true/false)", TRAIN, True),
+    # Ray Train on a Ray cluster of the job's tasks (slurm/ray.sbatch.j2)
+    "ray_command": Key(choice(*TRAIN), "the eoscale command the Ray workers run: fit or pretrain", RAY, "fit"),
+    "workers": Key(integer(1, 100000), "Ray Train workers (default: one per GPU, or one per task without GPUs)", RAY),
+    "max_failures": Key(integer(-1, 1000), "times Ray restarts the workers from the last checkpoint after a lost "
+                        "worker (-1: always)", RAY, 0),
     # prediction: an array job over a scene list
     "checkpoint": Key(path, "the checkpoint to predict with", ("predict",)),
     "scenes": Key(path, "predict: a file with one scene path per line; ingest: scene files or a glob",
@@ -202,6 +210,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "predict": ("checkpoint", "scenes", "output"),
     "ingest": ("scenes", "output"),
     "run": ("command",),
+    "ray": ("config",),
 }
 
 

@@ -212,7 +212,17 @@ def main(args: list[str] | None = None) -> None:
     """Run `eoscale fit|validate|test` with `args` (default: `sys.argv[1:]`); callable from tests."""
     if args is not None and not args:
         raise InputError("give a subcommand: fit, validate or test")
-    EoscaleCLI(args=args)
+    from eoscale.train.launcher import split_launcher_args
+
+    options, rest = split_launcher_args(list(sys.argv[1:] if args is None else args))
+    if options.launcher == "ray":  # Ray Train starts the ranks (eoscale.train.ray_launcher)
+        if rest[:1] != ["fit"]:
+            raise InputError("--launcher ray runs 'eoscale fit' and 'eoscale pretrain' only")
+        from eoscale.train.ray_launcher import launch
+
+        launch(options, rest)
+        return
+    EoscaleCLI(args=rest if args is not None else None)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def sbatch_lines(script: str) -> dict[str, str]:
 
 def test_the_profiles_and_templates_that_ship():
     assert profile_names() == ["jureca-dc", "juwels-booster", "local"]
-    assert template_names() == ["fit", "ingest", "predict", "pretrain", "run"]
+    assert template_names() == ["fit", "ingest", "predict", "pretrain", "ray", "run"]
     for name in profile_names():
         profile = load_profile(name)
         assert profile.description and profile.defaults["partition"] and profile.dask
