@@ -39,7 +39,8 @@ def test_command_line_options():
     parser = argparse.ArgumentParser()
     configure(parser)
     args = parser.parse_args(["tiles.zarr", "--steps", "7", "--methods", "lora", "full"])
-    assert (args.steps, args.methods, args.fraction, args.threads, args.backbone) == (7, ["lora", "full"], 0.1, 1, None)
+    assert (args.steps, args.methods, args.fractions, args.threads, args.backbone) == (7, ["lora", "full"], [1, 0.1, 0.01], 1, None)
+    assert (args.ssl, args.pretrain_store, args.heldout, args.mae_norm_pix_loss) == ("mae", None, None, True)
 
 
 def test_missing_backbone_file_is_one_line(tmp_path, capsys):
@@ -56,19 +57,23 @@ def test_bench_adapters_records_every_fit(tmp_path, capsys):
     from tests.stores import make_store
 
     store = make_store(tmp_path / "store")
-    code = main(["bench", "adapters", str(store), "--model", "vit_tiny_patch16_224", "--mae-steps", "3", "--mae-batch-size", "4",
-                 "--steps", "4", "--batch-size", "4", "--fraction", "0.5", "--decoder-channels", "8",
+    other = make_store(tmp_path / "other", seed=5)  # other scenes: the pretraining store and the held-out one
+    code = main(["bench", "adapters", str(store), "--pretrain-store", str(other), "--heldout", str(other),
+                 "--model", "vit_tiny_patch16_224", "--mae-steps", "3", "--mae-batch-size", "4", "--mae-norm-pix-loss", "false",
+                 "--steps", "4", "--batch-size", "4", "--fractions", "1", "0.5", "--decoder-channels", "8",
                  "--methods", "lora",  # each fit is a whole `eoscale fit` (~20 s here); linear/full: tests/models/test_lora.py
-                 "--record", str(tmp_path / "bench")])
+                 "--recipe", "tiny", "--mlflow", str(tmp_path / "mlflow"), "--record", str(tmp_path / "bench")])
     assert code == 0
     figures = json.loads((tmp_path / "bench" / "adapters.json").read_text())[-1]
     assert figures["machine"]["cores_available"] >= 1 and figures["threads"] == 1
     assert figures["mae"]["steps"] == 3 and figures["mae"]["backbone"].endswith("backbone.safetensors")
-    assert set(figures["runs"]) == {"1", "0.5"}
+    assert figures["mae"]["store"] == str(other) and figures["mae"]["recipe"]["norm_pix_loss"] is False
+    assert figures["recipe"] == "tiny" and set(figures["runs"]) == {"1", "0.5"}
     for runs in figures["runs"].values():
         assert set(runs) == {"lora"}
         for fit in runs.values():
             assert 0 <= fit["val_miou"] <= 1 and fit["steps"] == 4 and fit["step_seconds_median"] > 0
+            assert 0 <= fit["heldout"]["miou"] <= 1 and fit["heldout"]["tiles"] > 0
             assert fit["peak_rss_bytes"] > 0 and fit["state_bytes"] > 0
     one = figures["runs"]["1"]
     lora = one["lora"]["parameters"]
@@ -76,4 +81,9 @@ def test_bench_adapters_records_every_fit(tmp_path, capsys):
     assert one["lora"]["adapter_megabytes"] > 0
     assert 0 < figures["lora_parameters"]["adapter_vs_backbone"] < 1
     assert {c["model"] for c in figures["lora_fraction_by_model"]} == {"vit_tiny_patch16_224", "vit_small_patch16_224"}
-    assert "val mIoU after 4 steps" in capsys.readouterr().out
+    assert "held-out mIoU after 4 steps" in capsys.readouterr().out
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
+    names = set(mlflow.search_runs(experiment_names=["bench-adapters"])["tags.mlflow.runName"])
+    assert names == {"tiny/mae", "tiny/lora-1", "tiny/lora-0.5"}
