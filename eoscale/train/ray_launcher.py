@@ -143,6 +143,7 @@ def launch(options: LauncherOptions, args: list[str]) -> None:
             ),
         )
         _fit(trainer, options)
+        print(f"eoscale: {args[0]} finished on {options.workers} Ray Train worker(s)", flush=True)
     finally:
         ray.shutdown()  # a cluster started here stops with it; a joined one keeps running
 
