@@ -82,6 +82,13 @@ class BandContract:
             classes=tuple(dict(c) for c in data["classes"]),
         )
 
+    def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(mean, scale)`, float32 of shape (bands, 1, 1): a window's pixels go to the network as
+        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std, std at least 1e-6)."""
+        mean = np.asarray(self.mean, dtype=np.float32)[:, None, None]
+        scale = (1.0 / np.maximum(np.asarray(self.std, dtype=np.float32), 1e-6))[:, None, None]
+        return mean, scale
+
     def check(self, store: BandContract, *, what: str = "checkpoint") -> None:
         """Raise `BandMismatchError` naming the first difference between this contract and the store's."""
         problem = None

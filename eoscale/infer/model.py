@@ -39,9 +39,12 @@ class PredictionModel:
     adapter: str | None = None
     spec: dict | None = None  # the model contract the network was built from (`eoscale.contract.model_spec`)
     lineage: dict | None = None  # the checkpoint's training run and tile store (`eoscale.contract.checkpoint_lineage`)
+    server: dict | None = None  # a served model's origin (`eoscale.infer.remote`): its network runs elsewhere
 
     @property
     def device(self) -> torch.device:
+        if self.server is not None:
+            return torch.device("cpu")  # this process only reads and blends
         return next(self.network.parameters()).device
 
     def scene_bands(self, scene: Scene) -> Scene:

@@ -77,12 +77,13 @@ class Strip:
     valid: np.ndarray  # (window, the span's padded width)
 
 
-def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndarray, scale: np.ndarray,
+def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndarray | None, scale: np.ndarray | None,
                cols: Span | None = None, pin: bool = False) -> Strip:
     """Window row `row`'s strip under window columns `cols` (default: all), normalised like the training
-    tiles: `(x - mean) / std`, nodata as 0; its windows in page-locked memory if `pin` (needs CUDA)."""
+    tiles: `(x - mean) / std`, nodata as 0 (`mean` None: the raw values, for a model served elsewhere that
+    normalises them itself, `eoscale.infer.remote`); its windows in page-locked memory if `pin` (needs CUDA)."""
     cols = cols or Span.of(grid.cols)
-    windows, invalid = empty_strip(grid, cols, bands=len(mean), pin=pin)
+    windows, invalid = empty_strip(grid, cols, bands=len(reader.scene.band_names) if mean is None else len(mean), pin=pin)
     read_windows(reader, grid, row, range(cols.windows), cols=cols, mean=mean, scale=scale,
                  windows=windows.numpy(), invalid=invalid)
     return Strip(row, windows, ~invalid)
@@ -94,11 +95,11 @@ def empty_strip(grid: WindowGrid, cols: Span, *, bands: int, pin: bool = False) 
     return windows, np.empty((grid.window, cols.size), dtype=bool)
 
 
-def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, cols: Span, mean: np.ndarray,
-                 scale: np.ndarray, windows: np.ndarray, invalid: np.ndarray) -> None:
-    """Windows `ks` (counted from `cols.first`) of window row `row`, normalised, into `windows[ks]`, and the
-    nodata mask of the pixels they cover into `invalid` (the strip's, over the span's padded columns), up to
-    where window `ks.stop` starts."""
+def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, cols: Span, mean: np.ndarray | None,
+                 scale: np.ndarray | None, windows: np.ndarray, invalid: np.ndarray) -> None:
+    """Windows `ks` (counted from `cols.first`) of window row `row`, normalised (`mean` None: raw values, nodata
+    left as read), into `windows[ks]`, and the nodata mask of the pixels they cover into `invalid` (the strip's,
+    over the span's padded columns), up to where window `ks.stop` starts."""
     stride = grid.cols.stride
     start = ks.start * stride  # first padded column of these windows, from the span's origin
     stop = (ks.stop - 1) * stride + grid.window
@@ -120,6 +121,9 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
     # instead of normalising first and copying the windows after, which takes several times as long
     cut = sliding_window_view(raw, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)
     out = windows[ks.start : ks.stop]
+    if mean is None:  # raw values (float32 holds every uint16 exactly); the model's server normalises them
+        np.copyto(out, cut)
+        return
     np.subtract(cut, mean, out=out)
     out *= scale
     if mask.any():  # nodata reads as the band mean, as in training
@@ -168,41 +172,35 @@ def predict_blocks(
     i.e. the whole width), its strips read by `readers` threads; see the module docstring.
 
     `on_batch(windows)` is called after each forward pass. On a CUDA device the forward pass runs under
-    bf16 autocast; probabilities and their blending stay float32.
+    bf16 autocast; probabilities and their blending stay float32. A `network` served elsewhere
+    (`eoscale.infer.remote.RemoteNetwork`, `raw_windows` true) is sent the raw windows and their validity, several
+    batches in flight, and gives the probabilities back; reading and blending are the same.
     """
     if batch_size < 1:
         raise InputError(f"batch size {batch_size}: give at least 1")
     blocks = range(grid.rows.count) if blocks is None else blocks
     if len(blocks) == 0:
         return
-    device = next(network.parameters()).device
+    remote = getattr(network, "raw_windows", False)
+    device = torch.device("cpu") if remote else next(network.parameters()).device
     first = grid.first_window_row(blocks.start)
     span = Span.of(grid.cols, cols)
     classes = len(contract.classes)
     accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
-    mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
-    scale = (1.0 / np.maximum(np.asarray(contract.std, dtype=np.float32), 1e-6))[:, None, None]
+    mean, scale = (None, None) if remote else contract.normalisation()
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale,
                         pin=pin, threads=readers)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    batches = _batches(strips, span.windows, batch_size)
+    forwarded = _served(network, batches, grid) if remote else _forward(network, batches, device, pin)
     last_col = span.windows - 1
     try:
-        for batch in _batches(strips, span.windows, batch_size):
-            x = _stack(batch)
-            if len(batch) == 1:
-                # torch on CPUs takes other kernels for a batch of one (measured: logits 2e-6 away from the same
-                # window in batches of 2..16), so a lone window goes in twice to keep the map batch-independent
-                x = torch.cat([x, x])
-            if pin:
-                x = (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
-            with torch.inference_mode(), autocast:
-                logits = network(x)
-            if logits.shape[1] != classes:
-                raise InputError(f"the model gives {logits.shape[1]} classes but its checkpoint's class table has {classes}")
+        for batch, probs in forwarded:
+            if probs.shape[1] != classes:
+                raise InputError(f"the model gives {probs.shape[1]} classes but its checkpoint's class table has {classes}")
             finished: list[Block] = []
             with torch.inference_mode():
-                weighted = logits.float().softmax(dim=1).mul_(accumulator.weights)
+                weighted = probs.mul_(accumulator.weights)
                 for i, (strip, k) in enumerate(batch):
                     accumulator.add(strip.row, span.first + k, weighted[i])
                     if k == last_col:
@@ -212,6 +210,49 @@ def predict_blocks(
             yield from finished  # outside inference_mode: a generator's context would leak into its consumer
     finally:
         strips.close()
+
+
+def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], device: torch.device,
+             pin: bool) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
+    """(batch, class probabilities, float32) for each batch, by `network` in this process."""
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
+    for batch in batches:
+        x = _stack(batch)
+        if len(batch) == 1:
+            # torch on CPUs takes other kernels for a batch of one (measured: logits 2e-6 away from the same
+            # window in batches of 2..16), so a lone window goes in twice to keep the map batch-independent
+            x = torch.cat([x, x])
+        if pin:
+            x = (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
+        with torch.inference_mode(), autocast:
+            logits = network(x)
+        with torch.inference_mode():
+            probs = logits.float().softmax(dim=1)
+        yield batch, probs
+
+
+def _served(network, batches: Iterable[list[tuple[Strip, int]]],
+            grid: WindowGrid) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
+    """(batch, class probabilities) for each batch, in order, from a model served elsewhere: the raw windows and
+    their validity go out as requests, up to `network.in_flight` of them at once, so the server batches and
+    computes while this process reads, sends and blends."""
+    stride, window = grid.cols.stride, grid.window
+    pending: deque = deque()
+    for batch in batches:
+        windows = _stack(batch).numpy()
+        valid = np.stack([strip.valid[:, k * stride : k * stride + window] for strip, k in batch])
+        pending.append((batch, network.submit(windows, valid)))
+        if len(pending) >= network.in_flight:
+            done, answer = pending.popleft()
+            yield done, _writable(answer.result())
+    while pending:
+        done, answer = pending.popleft()
+        yield done, _writable(answer.result())
+
+
+def _writable(probs: np.ndarray) -> Tensor:
+    """An answer as a tensor the blending may weight in place (a client's answers view its read-only buffers)."""
+    return torch.from_numpy(probs if probs.flags.writeable else probs.copy())
 
 
 def _batches(strips: Iterable[Strip], windows: int, size: int) -> Iterator[list[tuple[Strip, int]]]:
@@ -271,11 +312,12 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
     always goes to its thread.
     """
 
-    def __init__(self, scene: Scene, grid: WindowGrid, rows: Iterable[int], *, cols: Span, mean: np.ndarray,
-                 scale: np.ndarray, pin: bool = False, threads: int = 1) -> None:
+    def __init__(self, scene: Scene, grid: WindowGrid, rows: Iterable[int], *, cols: Span, mean: np.ndarray | None,
+                 scale: np.ndarray | None, pin: bool = False, threads: int = 1) -> None:
         if threads < 1:
             raise InputError(f"{threads} reading threads: give at least 1")
         self._grid, self._cols, self._pin = grid, cols, pin
+        self._bands = len(scene.band_names)
         self._norm = {"mean": mean, "scale": scale}
         self._rows = iter(rows)
         threads = min(threads, cols.windows)
@@ -295,7 +337,9 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
         row = next(self._rows, None)
         if row is None:
             return
-        windows, invalid = empty_strip(self._grid, self._cols, bands=len(self._norm["mean"]), pin=self._pin)
+        mean = self._norm["mean"]
+        windows, invalid = empty_strip(self._grid, self._cols, bands=self._bands if mean is None else len(mean),
+                                       pin=self._pin)
         futures = [pool.submit(read_windows, reader, self._grid, row, share, cols=self._cols, **self._norm,
                                windows=windows.numpy(), invalid=invalid)
                    for pool, reader, share in zip(self._pools, self._readers, self._shares, strict=True)]

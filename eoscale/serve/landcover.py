@@ -1,0 +1,129 @@
+"""One land-cover model as Triton sees it: its tensors, its band contract, and the callable that answers a batch.
+
+Inputs (per request; Triton's dynamic batcher gathers requests into one call):
+
+- `windows` uint16 `[B, C, T, T]`: raw pixel values (digital numbers as the scene files hold them) in the
+  checkpoint's band order, at its tile size;
+- `valid` uint8 `[B, T, T]`, optional: 0 where a pixel is nodata (it then goes to the network as the band mean,
+  as in training and in `eoscale predict`); without it every pixel counts as valid.
+
+Outputs (a client asks for the ones it wants; Triton sends all when it names none):
+
+- `probabilities` float16 `[B, K, T, T]`: the class probabilities (softmax), compact for web maps;
+- `probabilities_fp32` float32 `[B, K, T, T]`: the same at full precision (float16's step is 2.4e-4 near 1, too
+  coarse for maps that must equal local prediction to 1e-4: `eoscale predict --server` asks for these);
+- `class` uint16 `[B, T, T]`: the most probable class's code (the class table's, e.g. WorldCover's 10..100);
+- `confidence` float16 `[B, T, T]`: that class's probability.
+
+The model's config carries the band contract (`eoscale_contract`: bands in order, mean/std, tile size, class
+table), where the model comes from (`eoscale_model`: checkpoint, adapter, backbone, lineage) and the server's
+models (`eoscale_served`) as parameters,
+so a client reads them with `get_model_config` and checks its scene against them before sending a window.
+Triton itself refuses a request of another band count, tile size or dtype, naming what it expected.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from eoscale.contract import BandContract
+
+CONTRACT_PARAMETER = "eoscale_contract"
+MODEL_PARAMETER = "eoscale_model"
+SERVED_PARAMETER = "eoscale_served"
+OUTPUTS = ("probabilities", "probabilities_fp32", "class", "confidence")
+
+
+@dataclass
+class ServedModel:
+    """A network (eval mode, LoRA folded in) behind a Triton model name, and the callable Triton's requests reach."""
+
+    name: str
+    network: nn.Module
+    contract: BandContract
+    about: dict  # checkpoint, adapter, backbone, lineage: the `eoscale_model` parameter
+
+    def __post_init__(self) -> None:
+        self.mean, self.scale = self.contract.normalisation()
+        self.codes = np.array([int(c["code"]) for c in self.contract.classes], dtype=np.uint16)
+        self.device = next(self.network.parameters()).device
+
+    def tensors(self) -> tuple[list, list]:
+        """PyTriton's input and output specs (shapes without the batch dimension)."""
+        from pytriton.model_config import Tensor
+
+        bands, tile, classes = len(self.contract.bands), self.contract.tile_size, len(self.contract.classes)
+        inputs = [Tensor(name="windows", dtype=np.uint16, shape=(bands, tile, tile)),
+                  Tensor(name="valid", dtype=np.uint8, shape=(tile, tile), optional=True)]
+        outputs = [Tensor(name="probabilities", dtype=np.float16, shape=(classes, tile, tile)),
+                   Tensor(name="probabilities_fp32", dtype=np.float32, shape=(classes, tile, tile)),
+                   Tensor(name="class", dtype=np.uint16, shape=(tile, tile)),
+                   Tensor(name="confidence", dtype=np.float16, shape=(tile, tile))]
+        return inputs, outputs
+
+    def parameters(self, served: list[str]) -> dict[str, str]:
+        """The model config's parameters: the band contract and the model's origin, as JSON, and the names of all
+        models of the server (`served`: a client that asks for an unknown one is told them)."""
+        return {CONTRACT_PARAMETER: json.dumps(self.contract.to_dict(), separators=(",", ":")),
+                MODEL_PARAMETER: json.dumps(self.about, separators=(",", ":")), SERVED_PARAMETER: ",".join(served)}
+
+    def normalise(self, windows: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+        """`(x - mean) * scale`, nodata as 0: the same float32 operations as `eoscale.infer.predict.read_windows`."""
+        out = np.empty(windows.shape, dtype=np.float32)
+        np.subtract(windows, self.mean, out=out)
+        out *= self.scale
+        if valid is not None and not valid.all():
+            np.copyto(out, 0.0, where=~valid[:, None])
+        return out
+
+    def probabilities(self, x: np.ndarray) -> torch.Tensor:
+        """Softmax of the network on normalised windows, float32 on the CPU."""
+        batch = torch.from_numpy(x)
+        if len(batch) == 1:
+            batch = torch.cat([batch, batch])  # as `eoscale predict` does: a batch of one takes other CPU kernels
+        batch = batch.to(self.device)
+        autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda"
+                    else torch.autocast("cpu", enabled=False))
+        with torch.inference_mode(), autocast:
+            logits = self.network(batch)
+        with torch.inference_mode():
+            return logits.float().softmax(dim=1)[: len(x)].cpu()
+
+    def __call__(self, requests: list[Any]) -> list[dict[str, np.ndarray]]:
+        """Answer the requests Triton batched: one forward pass over all their windows, then each its outputs."""
+        windows = [np.asarray(r.data["windows"]) for r in requests]
+        valid = [np.asarray(r.data["valid"]).astype(bool) if "valid" in r.data else
+                 np.ones((len(w), *w.shape[2:]), dtype=bool) for r, w in zip(requests, windows, strict=True)]
+        for w, v in zip(windows, valid, strict=True):
+            if v.shape != (w.shape[0], *w.shape[2:]):
+                from pytriton.exceptions import PyTritonBadParameterError
+
+                raise PyTritonBadParameterError(
+                    f"input 'valid' has shape {list(v.shape)}: expected [{w.shape[0]}, {w.shape[2]}, {w.shape[3]}], "
+                    "one mask per window of 'windows'")
+        x = self.normalise(np.concatenate(windows), np.concatenate(valid))
+        probs = self.probabilities(x)
+        answers, start = [], 0
+        for request, w in zip(requests, windows, strict=True):
+            p = probs[start : start + len(w)]
+            start += len(w)
+            answers.append(self.outputs(p, request.requested_output_names or OUTPUTS))
+        return answers
+
+    def outputs(self, probs: torch.Tensor, names: list[str] | tuple[str, ...]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        if "probabilities" in names:
+            out["probabilities"] = probs.half().numpy()
+        if "probabilities_fp32" in names:
+            out["probabilities_fp32"] = probs.numpy()
+        if "class" in names or "confidence" in names:
+            confidence, index = probs.max(dim=1)
+            out["class"] = self.codes[index.numpy()]
+            out["confidence"] = confidence.half().numpy()
+        return {k: v for k, v in out.items() if k in names}
