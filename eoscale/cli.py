@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "assess": ("eoscale.maps.assess_command", "accuracy and class areas of a map with 95 %% confidence intervals (Olofsson et al. 2014)"),
     "mosaic": ("eoscale.maps.mosaic_command", "one COG from the maps of several scenes (any UTM zones), overlaps by confidence"),
     "lineage": ("eoscale.maps.lineage_command", "the chain map → checkpoint → training run → store → scenes, and what changed since"),
+    "serve": ("eoscale.serve.command", "serve a checkpoint and its LoRA adapters with Triton Inference Server (HTTP/gRPC, dynamic batching)"),
     "compare": ("eoscale.track.command", "compare MLflow training runs: throughput, scaling efficiency, time to a target mIoU"),
     "bench": ("eoscale.bench.command", "measure eoscale against baselines run on the same data, and record the figures"),
 }

@@ -42,6 +42,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     config, run_options = options.from_args(args)
     options.check_config(config)
+    if run_options.store is not None and config.server:
+        raise options.InputError(f"{options.flag('store')} evaluates a checkpoint in this process: drop "
+                                 f"{options.flag('server')} and give {options.flag('checkpoint')}")
+    config = _resolve_checkpoint(config, run_options)
     if run_options.store is not None:
         return _evaluate(config, run_options)
     from eoscale.infer.run import predict
@@ -58,6 +62,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"MLflow run {run_id} (experiment 'eoscale-predict')")
         _note_run(result, run_id, run_options.tracking_uri or default_tracking_uri(Path(config.output)))
     return 0
+
+
+def _resolve_checkpoint(config: options.PredictConfig, run_options: options.RunOptions) -> options.PredictConfig:
+    """A registered model's checkpoint file (`models:/NAME/VERSION`, `models:/NAME@ALIAS`, from --tracking-uri or
+    $MLFLOW_TRACKING_URI); with --server and no --checkpoint, the served model's checkpoint (for the lineage)."""
+    from dataclasses import replace
+
+    if config.checkpoint:
+        from eoscale.track.registry import resolve_checkpoint
+
+        return replace(config, checkpoint=str(resolve_checkpoint(config.checkpoint, tracking_uri=run_options.tracking_uri)))
+    from eoscale.infer.remote import RemoteNetwork, describe, served_model_name
+
+    network = RemoteNetwork(config.server, served_model_name(config.model, config.adapter))
+    try:
+        path = (describe(network).about.get("checkpoint") or {}).get("path") or f"{config.server}/{network.model}"
+    finally:
+        network.close()
+    return replace(config, checkpoint=path)
 
 
 def _note_run(result, run_id: str, tracking_uri: str) -> None:

@@ -36,7 +36,9 @@ def option(flag: str, help: str, *, default: Any = MISSING, show_default: bool =
 class PredictConfig:
     """Everything one prediction run needs: the command line's options, as data."""
 
-    checkpoint: str = option("--checkpoint", "an eoscale checkpoint file (from 'eoscale fit')", required=True)
+    checkpoint: str | None = option("--checkpoint", "an eoscale checkpoint file (from 'eoscale fit'), or a registered "
+                                    "model: models:/NAME/VERSION or models:/NAME@ALIAS; with --server, only for the "
+                                    "maps' lineage (default there: the server's checkpoint)")
     inputs: list[str] = option("--input", "scenes: multi-band GeoTIFFs or folders of one file per band (globs allowed)",
                                nargs="+", metavar="SCENE", group="source")
     output: str = option("--output", "folder for the maps, area tables and mlflow.db", required=True)
@@ -66,6 +68,11 @@ class PredictConfig:
                                           metavar="B02,B03,...")
     ramp: str = option("--ramp", "how a window's weight falls off over the overlap when windows are blended",
                        default="cosine", choices=RAMPS)
+    server: str | None = option("--server", "a Triton server running 'eoscale serve' (http://HOST:8000 or "
+                                "grpc://HOST:8001): its model computes the windows, this process reads and blends",
+                                default=None, metavar="URL")
+    model: str | None = option("--model", "with --server: the served model (default: landcover, or "
+                               "landcover-ADAPTER with --adapter)", default=None, metavar="NAME")
     progress: bool = option("--no-progress", "no progress bar", default=True, action="store_false")
 
 
@@ -119,6 +126,10 @@ def from_args(args: argparse.Namespace) -> tuple[PredictConfig, RunOptions]:
 
 def check_config(config: PredictConfig) -> None:
     """Every option's limits, in one line naming the flag; the CUDA check imports torch only when asked for."""
+    if not config.checkpoint and not config.server:
+        raise InputError(f"give {flag('checkpoint')} (a file or models:/NAME/VERSION) or {flag('server')} URL")
+    if config.model and not config.server:
+        raise InputError(f"{flag('model')} {config.model!r} names a served model: give {flag('server')} URL too")
     if config.window is not None:
         from eoscale.infer.windows import check_window
 

@@ -151,7 +151,12 @@ def _tidy_left_overs(root: Path, *, keep: str) -> None:
 def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool = True) -> Plan:
     """Load the model, open and check every scene (and, if `outputs`, every scene's outputs); raises the
     first user error found."""
-    model = load_model(config.checkpoint, adapter=config.adapter, device=device)
+    if config.server:
+        from eoscale.infer.remote import connect_model, served_model_name
+
+        model = connect_model(config.server, served_model_name(config.model, config.adapter))
+    else:
+        model = load_model(config.checkpoint, adapter=config.adapter, device=device)
     scenes = [model.scene_bands(open_scene(p, band_names=config.band_names))
               for p in expand_paths(config.inputs, what="scene")]
     ids = [s.id for s in scenes]
@@ -357,6 +362,13 @@ def model_lineage(model: PredictionModel, config: PredictConfig) -> dict:
 
     trained = model.lineage or {}
     adapter = None
+    if model.server is not None:  # a served model: the server recorded its checkpoint and adapter
+        record = model.server.get("checkpoint") or {"path": config.checkpoint, "size": None, "sha256": None}
+        adapter = {"name": model.adapter} if model.adapter else None
+        return {"eoscale_version": __version__, "checkpoint": record, "adapter": adapter,
+                "training_run": trained.get("run"), "store": trained.get("store"),
+                "trained_with": trained.get("eoscale_version"), "server": config.server,
+                "served_model": model.network.model}
     if config.adapter:
         _, root = adapter_meta(Path(config.checkpoint), config.adapter)
         adapter = {"name": config.adapter, **file_record(Path(root) / ADAPTERS_DIR / config.adapter)}

@@ -1,0 +1,113 @@
+"""One real `eoscale serve` (Triton Inference Server through PyTriton) for every serving test of the session.
+
+Started as a user starts it, `eoscale serve` in a process of its own session, on free ports of 127.0.0.1, with
+a ViT checkpoint and a LoRA adapter ('alps'), so both `landcover` and `landcover-alps` are served. Starting
+takes ~15 s on 2 cores (torch, the models, tritonserver), so it starts once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from eoscale.serve.process import READY_LINE, free_ports
+from tests.checkpoints import make_checkpoint
+from tests.rasters import write_scene
+
+START_TIMEOUT_S = 180
+
+
+@dataclass
+class Server:
+    process: subprocess.Popen
+    http: str
+    grpc: str
+    log: Path
+    checkpoint: Path
+
+
+def start_server(checkpoint: Path, log: Path, *extra: str, shell_background: bool = False) -> Server:
+    """`eoscale serve` on free ports; returns once it says it is serving (fails with its output if it does not)."""
+    http, grpc, metrics = free_ports(3)
+    command = [str(Path(sys.executable).with_name("eoscale")), "serve", "--checkpoint", str(checkpoint),
+               "--host", "127.0.0.1", "--http-port", str(http), "--grpc-port", str(grpc),
+               "--metrics-port", str(metrics), "--device", "cpu", "--max-batch", "16", *extra]
+    if shell_background:
+        # as `eoscale serve … &` in a script: a non-interactive shell starts it with SIGINT ignored
+        import shlex
+
+        command = ["bash", "-c", f"{shlex.join(command)} & wait $!"]
+    out = open(log, "w")
+    process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while READY_LINE not in log.read_text():
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_group(process)
+            pytest.fail(f"eoscale serve did not start:\n{log.read_text()[-3000:]}")
+        time.sleep(0.3)
+    return Server(process, f"http://127.0.0.1:{http}", f"grpc://127.0.0.1:{grpc}", log, checkpoint)
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """Kill what is left of a server's process group (the tests' cleanup after a failure)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=30)
+
+
+def make_adapted_checkpoint(root: Path) -> Path:
+    """A ViT checkpoint in `<root>/exp/run/checkpoints/` and adapter 'alps' in `<root>/adapters/`, as a LoRA fit
+    writes them (LoRA updates and head changed, so the adapter's map differs from the checkpoint's)."""
+    from eoscale.infer.model import load_model
+    from eoscale.models import build_model
+    from eoscale.models.lora import apply_finetune, save_adapter
+
+    checkpoint = make_checkpoint(root / "exp" / "run" / "checkpoints" / "last.ckpt", backbone="test_vit")
+    base = load_model(checkpoint)
+    model = build_model(**base.spec["args"])
+    model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
+    apply_finetune(model, "lora", {"r": 2, "name": "alps"})
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name or name.startswith("decoder.classifier"):
+                p.add_(torch.randn(p.shape, generator=generator) * 0.3)
+    save_adapter(model.eval(), root / "adapters" / "alps", contract=base.contract.to_dict(),
+                 model_args={"backbone": "test_vit", "num_classes": 4, "img_size": 32})
+    return checkpoint
+
+
+@pytest.fixture(scope="session")
+def served_checkpoint(tmp_path_factory) -> Path:
+    return make_adapted_checkpoint(tmp_path_factory.mktemp("served"))
+
+
+@pytest.fixture(scope="session")
+def server(served_checkpoint, tmp_path_factory):
+    """The shared server: models `landcover` and `landcover-alps`."""
+    started = start_server(served_checkpoint, tmp_path_factory.mktemp("server") / "serve.log", "--adapter", "alps")
+    yield started
+    started.process.send_signal(signal.SIGTERM)
+    try:
+        started.process.wait(timeout=60)
+    finally:
+        stop_group(started.process)
+
+
+@pytest.fixture(scope="session")
+def served_scene(tmp_path_factory) -> Path:
+    """A small odd-sized scene with a nodata box (windows of 32 px: a few hundred of them)."""
+    path = tmp_path_factory.mktemp("served-scene") / "served.tif"
+    write_scene(path, height=150, width=173, seed=5, nodata_box=(slice(20, 60), slice(0, 40)))
+    return path
