@@ -134,6 +134,10 @@ class MLflowLogger(MLFlowLogger):
             lock = FileLock(str(database.with_name(database.name + ".lock")))
         else:
             lock = nullcontext()
+        if run_name is None and run_id is None:
+            # MLflow draws its own names ("overjoyed-slug-911") from Python's `random`, which `seed_everything`
+            # has seeded: every run of a seed would get the same name. A time and a few random hex digits instead.
+            run_name = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
         with lock:
             super().__init__(
                 experiment_name=experiment_name,
