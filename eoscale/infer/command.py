@@ -57,11 +57,27 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.infer.tracking import log_prediction
 
     print_summary(result.scenes, Path(config.output))
-    run_id = log_prediction(config, result, tracking_uri=run_options.tracking_uri)
+    profile = _summarize_profile(Path(config.output)) if config.profile else []
+    run_id = log_prediction(config, result, tracking_uri=run_options.tracking_uri, profile=profile)
     if run_id:
         print(f"MLflow run {run_id} (experiment 'eoscale-predict')")
         _note_run(result, run_id, run_options.tracking_uri or default_tracking_uri(Path(config.output)))
     return 0
+
+
+def _summarize_profile(output: Path) -> list[Path]:
+    """`--profile`: the summary of every process's trace; returns the traces and the summary files."""
+    from eoscale.infer.run import PROFILE_DIR
+    from eoscale.track.profiler import trace_files
+    from eoscale.track.trace_summary import summarize
+
+    folder = output / PROFILE_DIR
+    traces = trace_files(folder)
+    if not traces:
+        return []
+    files = summarize(folder, title="eoscale predict --profile")
+    print(f"eoscale predict: profile in {folder} ({', '.join(p.name for p in [*traces, *files])})")
+    return [*traces, *files]
 
 
 def _resolve_checkpoint(config: options.PredictConfig, run_options: options.RunOptions) -> options.PredictConfig:

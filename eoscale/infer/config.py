@@ -74,6 +74,9 @@ class PredictConfig:
     model: str | None = option("--model", "with --server: the served model (default: landcover, or "
                                "landcover-ADAPTER with --adapter)", default=None, metavar="NAME")
     progress: bool = option("--no-progress", "no progress bar", default=True, action="store_false")
+    profile: bool = option("--profile", "trace a few batches of each process with torch.profiler into "
+                           "<output>/profile/ (gzipped Chrome traces, summary.md and summary.png; also logged to "
+                           "MLflow)", default=False, action="store_true")
 
 
 @dataclass(frozen=True)

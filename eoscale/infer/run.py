@@ -60,8 +60,11 @@ from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 from eoscale.raster.sources import Scene, expand_paths, open_scene
+from eoscale.track.profiler import Profile, Schedule
 
 WORK_DIR = ".eoscale-predict"
+PROFILE_DIR = "profile"  # `--profile`: <output>/profile/rank<N>.pt.trace.json.gz, summary.md, summary.png
+PROFILE_SCHEDULE = Schedule(wait=1, warmup=1, active=5)
 
 
 @dataclass
@@ -202,7 +205,10 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
             windows = [_part_windows(plan, s, part, parts) for s, part, parts, _ in tasks]
             km2 = sum(w / plan.grid(s).count * _scene_km2(s) for w, (s, *_) in zip(windows, tasks, strict=True))
             with _progress(config.progress and rank == 0, sum(windows), km2) as bar:
-                advance = _steps(bar, heartbeat)
+                # --profile: batches 2-6 of this process (wait 1, warm-up 1), a trace per process
+                profile = stack.enter_context(Profile(Path(config.output) / PROFILE_DIR, f"rank{rank}",
+                                                      PROFILE_SCHEDULE)) if config.profile else None
+                advance = _steps(bar, heartbeat, profile)
                 for scene, part, parts, owner in tasks:
                     predict_part(plan, config, scene, work / scene.id, part, parts, advance)
                     if rank == owner:
@@ -217,13 +223,16 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
     return plan
 
 
-def _steps(bar, heartbeat: Heartbeat | None):
-    """One callback for the progress bar (if shown) and the heartbeat (if any): `advance(windows)`."""
+def _steps(bar, heartbeat: Heartbeat | None, profile: Profile | None = None):
+    """One callback for the progress bar (if shown), the heartbeat (if any) and the profiler (`--profile`: a
+    step per batch of windows): `advance(windows)`."""
     def advance(windows: int) -> None:
         if heartbeat is not None:
             heartbeat.advance()
         if bar is not None and windows:
             bar(windows)
+        if profile is not None and windows:
+            profile.step()
     return advance
 
 

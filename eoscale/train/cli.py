@@ -38,8 +38,10 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
 from eoscale.train.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
+from eoscale.train.profiling import Profiling, bare_flag
 from eoscale.train.quiet import silence_known_noise
 from eoscale.train.requeue import SlurmRequeue, hpc_checkpoints
+from eoscale.train.steptime import StepTimer
 from eoscale.train.task import BaseTask
 
 LOGGER = "eoscale.track.logger.MLflowLogger"
@@ -77,7 +79,13 @@ class SaveConfigToMLflow(SaveConfigCallback):
         loggers = mlflow_loggers(trainer)
         if not loggers:
             return
-        params = _flatten(self.parser.dump(self.config, skip_none=True, format="json"))
+        from eoscale.train.params import config_params
+
+        try:
+            defaults = self.parser.dump(self.parser.get_defaults(), skip_none=True, format="json", skip_check=True)
+        except Exception:  # noqa: BLE001 - without the defaults every option is logged: more, not wrong
+            defaults = None
+        params = config_params(self.parser.dump(self.config, skip_none=True, format="json"), defaults)
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, self.config_filename)
             with open(path, "w") as f:
@@ -86,22 +94,6 @@ class SaveConfigToMLflow(SaveConfigCallback):
                 logger.log_hyperparams(params)
                 if hasattr(logger, "log_artifact"):
                     logger.log_artifact(path)
-
-
-def _flatten(dumped: str) -> dict[str, Any]:
-    import json
-
-    out: dict[str, Any] = {}
-
-    def walk(prefix: str, value: Any) -> None:
-        if isinstance(value, dict) and value:
-            for k, v in value.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-        else:
-            out[prefix] = value
-
-    walk("", json.loads(dumped))
-    return {k.replace(".init_args.", ".").replace("init_args.", ""): v for k, v in out.items()}
 
 
 class EoscaleCLI(LightningCLI):
@@ -129,6 +121,8 @@ class EoscaleCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(TrainingMonitor, "monitor")
+        parser.add_lightning_class_args(StepTimer, "steptime")
+        parser.add_lightning_class_args(Profiling, "profile")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -172,6 +166,11 @@ class EoscaleCLI(LightningCLI):
             if isinstance(err, UserError):
                 raise
             raise InputError(str(err).strip().splitlines()[0]) from err
+        # the config's `model.*` and `data.*` params say it once (eoscale.train.params); Lightning's copy of the
+        # same hparams, unprefixed and with LightningCLI's internals, would say it twice more
+        for part in (getattr(self, "model", None), getattr(self, "datamodule", None)):
+            if part is not None:
+                part._log_hyperparams = False
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
@@ -214,7 +213,7 @@ def main(args: list[str] | None = None) -> None:
         raise InputError("give a subcommand: fit, validate or test")
     from eoscale.train.launcher import split_launcher_args
 
-    options, rest = split_launcher_args(list(sys.argv[1:] if args is None else args))
+    options, rest = split_launcher_args(bare_flag(list(sys.argv[1:] if args is None else args)))
     if options.launcher == "ray":  # Ray Train starts the ranks (eoscale.train.ray_launcher)
         if rest[:1] != ["fit"]:
             raise InputError("--launcher ray runs 'eoscale fit' and 'eoscale pretrain' only")
