@@ -14,6 +14,7 @@ BENCHMARKS = {
     "loader": ("eoscale.bench.loader", "training loader throughput against decode-only, random zarr reads and rasterio windows"),
     "learning": ("eoscale.bench.learning", "ResNet-18 val mIoU after a CPU budget against a per-pixel random forest"),
     "predict": ("eoscale.bench.predict", "predict throughput against the model's own forward on in-memory windows; cost of each overlap"),
+    "launchers": ("eoscale.bench.launchers", "the same config on 2 workers under torchrun and Ray Train: steady-state samples/s ratio, start-up overhead"),
     "train": ("eoscale.bench.train", "fit vs a plain PyTorch loop, DDP 2×1 vs 1×1 samples/s, FSDP2 vs DDP per-rank memory"),
 }
 

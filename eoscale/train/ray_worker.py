@@ -150,6 +150,7 @@ def train_loop(config: dict[str, Any]) -> None:
     # Ray gives a worker's root logger a handler of its own: these loggers have theirs, and would print twice
     for name in ("lightning.pytorch", "lightning.fabric", "mlflow"):
         logging.getLogger(name).propagate = False
+    logging.getLogger("ray.train").setLevel(logging.WARNING)  # "Reporting training result …" at every checkpoint
     args = list(config["args"])
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is not None:
