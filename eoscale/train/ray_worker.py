@@ -46,6 +46,12 @@ class RayFSDP2Strategy(FSDP2Strategy):
     def root_device(self):
         return ray.train.torch.get_device()
 
+    def setup_environment(self) -> None:
+        # Ray's world, not Lightning's num_nodes × devices (1 × 1 in each worker): all of it shards the model
+        if self._data_parallel_size == "auto":
+            self._data_parallel_size = ray.train.get_context().get_world_size() // int(self._tensor_parallel_size)
+        super().setup_environment()
+
 
 class RayCheckpointReport(RayTrainReportCallback):
     """Ray's report callback, also after every validation of `fit`: where `ModelCheckpoint` saves, a step-based
