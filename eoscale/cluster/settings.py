@@ -15,7 +15,7 @@ from typing import Any
 
 from eoscale.errors import InputError
 
-ALL = ("fit", "pretrain", "predict", "ingest", "run", "ray")
+ALL = ("fit", "pretrain", "predict", "ingest", "run", "ray", "serve")
 TRAIN = ("fit", "pretrain")
 RAY = ("ray",)  # fit/pretrain with Ray Train on a Ray cluster the job starts (slurm/ray.sbatch.j2)
 
@@ -164,20 +164,20 @@ KEYS: dict[str, Key] = {
     "tasks_per_node": Key(integer(1, 256), "tasks per node: one per GPU (default: the profile's); ray: Ray nodes per node",
                           TRAIN + ("predict",) + RAY),
     "cpus_per_task": Key(integer(1, 1024), "CPU cores per task (default: the profile's)"),
-    "gpus_per_node": Key(integer(0, 16), "GPUs per node, 0 for none (default: the profile's)", TRAIN + ("predict", "run") + RAY),
+    "gpus_per_node": Key(integer(0, 16), "GPUs per node, 0 for none (default: the profile's)", TRAIN + ("predict", "run", "serve") + RAY),
     "cpu_bind": Key(cpu_bind, "srun --cpu-bind (default: the profile's)", TRAIN + ("predict", "run")),
     "workdir": Key(path, "folder the job runs in (default: the folder sbatch was called from)"),
     "log_dir": Key(plain_path, "folder of the job's output files, relative to workdir", ALL, "logs"),
     "venv": Key(path, "the Python environment to activate, relative to workdir", ALL, ".venv"),
     "mlflow_uri": Key(path, "MLflow tracking URI (default: the profile's, a SQLite store on the shared file system)",
-                      TRAIN + ("predict",) + RAY),
+                      TRAIN + ("predict", "serve") + RAY),
     "args": Key(words, "more arguments for the eoscale command, e.g. --set args='--trainer.max_epochs 3'", ALL, []),
     # training
     "config": Key(paths, "LightningCLI config file(s), in order (--config, repeatable)", TRAIN + RAY, []),
     "strategy": Key(choice("ddp", "fsdp"), "parallel strategy: configs/strategy/ddp.yaml or fsdp.yaml", TRAIN + RAY, "ddp"),
     "master_port": Key(integer(1024, 65535), "rendezvous port on the first node (default: 20000 + job id % 20000); ray: the head's port",
                          TRAIN + RAY),
-    "master_addr_suffix": Key(suffix, "appended to the first node's name to pick its fast network (JSC: i)", TRAIN + RAY),
+    "master_addr_suffix": Key(suffix, "appended to the first node's name to pick its fast network (JSC: i)", TRAIN + RAY + ("serve",)),
     "socket_ifname": Key(ifname, "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME (JSC: ib0)", TRAIN + RAY),
     "signal_seconds": Key(integer(30, 7200), "send SIGUSR1 this long before the time limit: checkpoint and requeue",
                           TRAIN, 300),
@@ -188,13 +188,20 @@ KEYS: dict[str, Key] = {
     "max_failures": Key(integer(-1, 1000), "times Ray restarts the workers from the last checkpoint after a lost "
                         "worker (-1: always)", RAY, 0),
     # prediction: an array job over a scene list
-    "checkpoint": Key(path, "the checkpoint to predict with", ("predict",)),
+    "checkpoint": Key(path, "the checkpoint to predict with or serve (a file or models:/NAME@ALIAS)", ("predict", "serve")),
     "scenes": Key(path, "predict: a file with one scene path per line; ingest: scene files or a glob",
                   ("predict", "ingest")),
     "output": Key(path, "predict: the folder of the maps; ingest: the tile store to write", ("predict", "ingest")),
     "scenes_per_task": Key(integer(1, 256), "scenes per array task, one per task of a node (default: tasks_per_node)",
                            ("predict",)),
     "max_parallel": Key(integer(1, 100000), "at most this many array tasks at once (--array=…%N)", ("predict",)),
+    # serving: Triton Inference Server on one node (slurm/serve.sbatch.j2)
+    "adapters": Key(words, "serve: LoRA adapters to serve beside the checkpoint, e.g. --set adapters='alps forest'",
+                    ("serve",), []),
+    "http_port": Key(integer(1024, 65535), "serve: Triton's HTTP port", ("serve",), 8000),
+    "grpc_port": Key(integer(1024, 65535), "serve: Triton's gRPC port", ("serve",), 8001),
+    "metrics_port": Key(integer(1024, 65535), "serve: Triton's metrics port", ("serve",), 8002),
+    "max_batch": Key(integer(1, 4096), "serve: most windows in one forward pass of the dynamic batcher", ("serve",), 64),
     # ingest: Dask workers as Slurm jobs
     "labels": Key(path, "label rasters (files or a glob)", ("ingest",)),
     "classes": Key(path, "class table CSV", ("ingest",)),
@@ -211,6 +218,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "ingest": ("scenes", "output"),
     "run": ("command",),
     "ray": ("config",),
+    "serve": ("checkpoint",),
 }
 
 

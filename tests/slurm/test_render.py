@@ -49,7 +49,7 @@ def sbatch_lines(script: str) -> dict[str, str]:
 
 def test_the_profiles_and_templates_that_ship():
     assert profile_names() == ["jureca-dc", "juwels-booster", "local"]
-    assert template_names() == ["fit", "ingest", "predict", "pretrain", "ray", "run"]
+    assert template_names() == ["fit", "ingest", "predict", "pretrain", "ray", "run", "serve"]
     for name in profile_names():
         profile = load_profile(name)
         assert profile.description and profile.defaults["partition"] and profile.dask
@@ -228,7 +228,7 @@ def test_a_predict_task_reads_scene_names_verbatim(stubs, tmp_path):
     ({"partition": "booster\n#SBATCH --nodes=999"}, "control characters"),
     ({"strategy": "deepspeed"}, "expected one of ddp, fsdp"),
     ({"requeue": "maybe"}, "expected true or false"),
-    ({"colour": "red"}, "unknown setting 'colour': choose one of account, args,"),
+    ({"colour": "red"}, "unknown setting 'colour': choose one of account, adapters, args,"),
     ({"checkpoint": "m.ckpt"}, "setting 'checkpoint' does not apply to template 'fit': it takes account, args,"),
     ({"config": []}, "template 'fit' needs config: pass --config FILE"),
     ({"args": "'unclosed"}, "No closing quotation"),
@@ -242,7 +242,7 @@ def test_bad_values_are_one_line_errors_naming_what_is_allowed(values, message):
 def test_bad_profiles_and_templates(tmp_path):
     with pytest.raises(InputError, match="unknown profile 'jewels': choose one of jureca-dc, juwels-booster, local"):
         render("jewels", "fit", {})
-    with pytest.raises(InputError, match="unknown template 'train': choose one of fit, ingest, predict, pretrain, run"):
+    with pytest.raises(InputError, match="unknown template 'train': choose one of fit, ingest, predict, pretrain, ray, run, serve"):
         render("local", "train", {})
     with pytest.raises(InputError, match="needs a compute project: pass --account PROJECT"):
         render("juwels-booster", "run", {"command": "true"})
