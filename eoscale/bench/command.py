@@ -15,6 +15,7 @@ BENCHMARKS = {
     "learning": ("eoscale.bench.learning", "ResNet-18 val mIoU after a CPU budget against a per-pixel random forest"),
     "predict": ("eoscale.bench.predict", "predict throughput against the model's own forward on in-memory windows; cost of each overlap"),
     "launchers": ("eoscale.bench.launchers", "the same config on 2 workers under torchrun and Ray Train: steady-state samples/s ratio, start-up overhead"),
+    "serve": ("eoscale.bench.serve", "Triton server (eoscale serve) throughput against the in-process forward at batch 16; 1-window latency; 1/4/16 clients"),
     "train": ("eoscale.bench.train", "fit vs a plain PyTorch loop, DDP 2×1 vs 1×1 samples/s, FSDP2 vs DDP per-rank memory"),
 }
 
