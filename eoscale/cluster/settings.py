@@ -182,6 +182,10 @@ KEYS: dict[str, Key] = {
     "signal_seconds": Key(integer(30, 7200), "send SIGUSR1 this long before the time limit: checkpoint and requeue",
                           TRAIN, 300),
     "requeue": Key(boolean, "requeue at the time limit and resume from the checkpoint (true/false)", TRAIN, True),
+    "nsys": Key(boolean, "wrap each rank in Nsight Systems' 'nsys profile': a report per rank in <log_dir>/nsys/, "
+                "captured over training steps nsys_start … nsys_start+nsys_steps-1 (true/false)", TRAIN, False),
+    "nsys_start": Key(integer(0, 10**9), "with nsys=true: the first training step captured", TRAIN, 10),
+    "nsys_steps": Key(integer(1, 100000), "with nsys=true: how many training steps are captured", TRAIN, 5),
     # Ray Train on a Ray cluster of the job's tasks (slurm/ray.sbatch.j2)
     "ray_command": Key(choice(*TRAIN), "the eoscale command the Ray workers run: fit or pretrain", RAY, "fit"),
     "workers": Key(integer(1, 100000), "Ray Train workers (default: one per GPU, or one per task without GPUs)", RAY),
