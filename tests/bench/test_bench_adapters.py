@@ -82,8 +82,11 @@ def test_bench_adapters_records_every_fit(tmp_path, capsys):
     assert 0 < figures["lora_parameters"]["adapter_vs_backbone"] < 1
     assert {c["model"] for c in figures["lora_fraction_by_model"]} == {"vit_tiny_patch16_224", "vit_small_patch16_224"}
     assert "held-out mIoU after 4 steps" in capsys.readouterr().out
-    import mlflow
+    from mlflow import MlflowClient
 
-    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
-    names = set(mlflow.search_runs(experiment_names=["bench-adapters"])["tags.mlflow.runName"])
+    # a client, not mlflow.set_tracking_uri: that also sets MLFLOW_TRACKING_URI in os.environ, and every later
+    # test's subprocesses then logged into this store
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("bench-adapters").experiment_id])
+    names = {r.info.run_name for r in runs}
     assert names == {"tiny/mae", "tiny/lora-1", "tiny/lora-0.5"}

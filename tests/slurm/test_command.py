@@ -32,7 +32,7 @@ def test_list_names_profiles_templates_and_keys(capsys):
     (["render", "local", "fit", "--config", "a.yaml", "--nodes", "two"], "bad value for nodes: expected an integer"),
     (["render", "local", "fit", "--config", "a.yaml", "--set", "nodes"], "--set takes key=value, got 'nodes'"),
     (["render", "nowhere", "fit"], "unknown profile 'nowhere': choose one of jureca-dc, juwels-booster, local"),
-    (["render", "local", "nothing"], "unknown template 'nothing': choose one of fit, ingest, predict, pretrain, run"),
+    (["render", "local", "nothing"], "unknown template 'nothing': choose one of fit, ingest, predict, pretrain, ray, run, serve"),
     (["render", "jureca-dc", "run", "--set", "command=true"], "needs a compute project: pass --account PROJECT"),
     (["submit", "local"], "submit takes PROFILE TEMPLATE, or a pipeline YAML file"),
     (["submit", "local", "run", "--set", "command=true", "--dependency", "afterok:1;rm"], "bad --dependency"),

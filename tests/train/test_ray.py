@@ -102,7 +102,8 @@ def test_two_ray_workers_train_and_a_killed_worker_is_replaced(ray_cluster, stor
                 f"--trainer.callbacks.folder={tmp_path / 'tiles'}", steps=2 * epoch, val_every=2)
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "killed").exists()  # rank 1 did SIGKILL itself
-    assert "Ray restarted the workers: resuming from" in done.stdout + done.stderr
+    # (the workers' own "Ray restarted the workers: resuming from …" line is forwarded by Ray and may not reach the
+    # driver before Ray stops, so the restart is judged by where training started again)
     ranks = _reports(tmp_path)  # the second attempt's
     assert ranks["start0"]["step"] == ranks["start1"]["step"] == 2  # from the last checkpoint, not from 0
     assert ranks["0"]["world_size"] == WORLD and ranks["0"]["step"] == ranks["1"]["step"] == 2 * epoch
