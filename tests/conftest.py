@@ -16,6 +16,23 @@ from tests.threads import single_thread
 SLURM_CONF = Path(os.environ.get("EOSCALE_SLURM_DIR", "/tmp/eoscale-slurm")) / "slurm" / "slurm.conf"
 
 
+@pytest.fixture(autouse=True)
+def _tracking_uri_kept():
+    """Each test starts with the session's MLFLOW_TRACKING_URI: MLflow's `set_tracking_uri` (called by code a test
+    runs in this process) also writes it into os.environ, and every later test's subprocesses then logged into
+    that test's store."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    after = os.environ.get("MLFLOW_TRACKING_URI")
+    if after != before:
+        if os.environ.get("EOSCALE_TEST_REPORT_ENV"):
+            print(f"\nMLFLOW_TRACKING_URI changed by this test: {after!r}", file=sys.stderr)
+        if before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = before
+
+
 @pytest.fixture
 def one_thread():
     """One torch thread for the test: runs compared value for value do the same reductions in the same order."""
