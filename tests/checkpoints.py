@@ -42,3 +42,28 @@ def make_checkpoint(path: Path, *, backbone: str = "test_resnet", bands: tuple[s
         CONTRACT_KEY: contract.to_dict(),
     }, path)
     return path
+
+
+def make_adapted_checkpoint(root: Path, *, mean_shift: float = 0.0) -> tuple[Path, torch.nn.Module, dict]:
+    """A ViT checkpoint in `<root>/exp/run/checkpoints/` and LoRA adapter 'alps' in `<root>/adapters/`, as a LoRA fit
+    writes them: LoRA on qkv/proj and the head changed (so the adapter's map differs from the checkpoint's), and its
+    store's statistics the checkpoint's with `mean_shift` added to each mean. The checkpoint, the unmerged adapted
+    network, and the adapter's band contract."""
+    from eoscale.infer.model import load_model
+    from eoscale.models import build_model
+    from eoscale.models.lora import apply_finetune, save_adapter
+
+    checkpoint = make_checkpoint(root / "exp" / "run" / "checkpoints" / "last.ckpt", backbone="test_vit")
+    base = load_model(checkpoint)
+    model = build_model(**base.spec["args"])
+    model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
+    apply_finetune(model, "lora", {"r": 2, "name": "alps"})
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name or name.startswith("decoder.classifier"):
+                p.add_(torch.randn(p.shape, generator=generator) * 0.3)
+    contract = base.contract.to_dict() | {"mean": [m + mean_shift for m in base.contract.mean]}
+    save_adapter(model.eval(), root / "adapters" / "alps", contract=contract,
+                 model_args={"backbone": "test_vit", "num_classes": 4, "img_size": 32})
+    return checkpoint, model, contract

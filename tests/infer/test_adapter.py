@@ -10,7 +10,7 @@ from eoscale.cli import main
 from eoscale.contract import BandContract
 from eoscale.infer.model import load_model
 from eoscale.infer.run import PredictConfig, predict
-from tests.checkpoints import make_checkpoint
+from tests.checkpoints import make_adapted_checkpoint
 from tests.rasters import read_map
 
 
@@ -18,24 +18,7 @@ from tests.rasters import read_map
 def adapted(tmp_path_factory):
     """A ViT checkpoint in `<root>/exp/run/checkpoints/`, and adapter 'alps' in `<root>/adapters/` as a LoRA
     fit writes it: LoRA on qkv/proj with non-zero updates, its own head, and a store with other statistics."""
-    from eoscale.models.lora import apply_finetune, save_adapter
-
-    root = tmp_path_factory.mktemp("lora")
-    checkpoint = make_checkpoint(root / "exp" / "run" / "checkpoints" / "last.ckpt", backbone="test_vit")
-    from eoscale.models import build_model
-
-    base = load_model(checkpoint)
-    model = build_model(**base.spec["args"])
-    model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
-    apply_finetune(model, "lora", {"r": 2, "name": "alps"})
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name or name.startswith("decoder.classifier"):
-                p.add_(torch.randn(p.shape, generator=generator) * 0.3)
-    stats = base.contract.to_dict() | {"mean": [m + 100.0 for m in base.contract.mean]}
-    save_adapter(model.eval(), root / "adapters" / "alps", contract=stats,
-                 model_args={"backbone": "test_vit", "num_classes": 4, "img_size": 32})
+    checkpoint, model, stats = make_adapted_checkpoint(tmp_path_factory.mktemp("lora"), mean_shift=100.0)
     return checkpoint, model, BandContract.from_dict(stats)
 
 

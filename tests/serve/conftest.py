@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch
 
 from eoscale.serve.process import READY_LINE, free_ports
-from tests.checkpoints import make_checkpoint
+from tests import checkpoints
 from tests.rasters import write_scene
 
 START_TIMEOUT_S = 180
@@ -67,25 +66,8 @@ def stop_group(process: subprocess.Popen) -> None:
 
 
 def make_adapted_checkpoint(root: Path) -> Path:
-    """A ViT checkpoint in `<root>/exp/run/checkpoints/` and adapter 'alps' in `<root>/adapters/`, as a LoRA fit
-    writes them (LoRA updates and head changed, so the adapter's map differs from the checkpoint's)."""
-    from eoscale.infer.model import load_model
-    from eoscale.models import build_model
-    from eoscale.models.lora import apply_finetune, save_adapter
-
-    checkpoint = make_checkpoint(root / "exp" / "run" / "checkpoints" / "last.ckpt", backbone="test_vit")
-    base = load_model(checkpoint)
-    model = build_model(**base.spec["args"])
-    model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
-    apply_finetune(model, "lora", {"r": 2, "name": "alps"})
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name or name.startswith("decoder.classifier"):
-                p.add_(torch.randn(p.shape, generator=generator) * 0.3)
-    save_adapter(model.eval(), root / "adapters" / "alps", contract=base.contract.to_dict(),
-                 model_args={"backbone": "test_vit", "num_classes": 4, "img_size": 32})
-    return checkpoint
+    """A ViT checkpoint with LoRA adapter 'alps' beside it (`tests.checkpoints.make_adapted_checkpoint`)."""
+    return checkpoints.make_adapted_checkpoint(root)[0]
 
 
 @pytest.fixture(scope="session")
