@@ -16,21 +16,28 @@ from tests.threads import single_thread
 SLURM_CONF = Path(os.environ.get("EOSCALE_SLURM_DIR", "/tmp/eoscale-slurm")) / "slurm" / "slurm.conf"
 
 
+# The MLFLOW_TRACKING_URI this session started with (None: each command uses the store of its root dir).
+_SESSION_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI")
+
+
+def _restore_tracking_uri() -> None:
+    if _SESSION_TRACKING_URI is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = _SESSION_TRACKING_URI
+
+
 @pytest.fixture(autouse=True)
 def _tracking_uri_kept():
-    """Each test starts with the session's MLFLOW_TRACKING_URI: MLflow's `set_tracking_uri` (called by code a test
-    runs in this process) also writes it into os.environ, and every later test's subprocesses then logged into
-    that test's store."""
-    before = os.environ.get("MLFLOW_TRACKING_URI")
+    """Each test runs with the session's MLFLOW_TRACKING_URI, set before and after it: MLflow's `set_tracking_uri`
+    (called in this process by Lightning's MLFlowLogger, e.g. in an in-process fit of a module-scoped fixture,
+    which runs before this fixture) also writes it into os.environ, and later tests' subprocesses and `compare`
+    then read that test's store."""
+    _restore_tracking_uri()
     yield
-    after = os.environ.get("MLFLOW_TRACKING_URI")
-    if after != before:
-        if os.environ.get("EOSCALE_TEST_REPORT_ENV"):
-            print(f"\nMLFLOW_TRACKING_URI changed by this test: {after!r}", file=sys.stderr)
-        if before is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = before
+    if os.environ.get("MLFLOW_TRACKING_URI") != _SESSION_TRACKING_URI and os.environ.get("EOSCALE_TEST_REPORT_ENV"):
+        print(f"\nMLFLOW_TRACKING_URI changed by this test: {os.environ.get('MLFLOW_TRACKING_URI')!r}", file=sys.stderr)
+    _restore_tracking_uri()
 
 
 @pytest.fixture
