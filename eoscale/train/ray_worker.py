@@ -75,6 +75,26 @@ class RayCheckpointReport(RayTrainReportCallback):
         self._reported_step = trainer.global_step
         super().on_train_epoch_end(trainer, pl_module)
         shutil.rmtree(Path(self.tmpdir_prefix, str(trainer.current_epoch)), ignore_errors=True)
+        _wait_until_ray_has_the_report()
+        trainer.strategy.barrier()  # every rank's report taken: Ray registers the checkpoint in that same poll
+
+
+def _wait_until_ray_has_the_report() -> None:
+    """Block until Ray's controller has taken this worker's last report.
+
+    `ray.train.report` only queues the report in the worker; the controller takes it when it next polls the
+    workers (every 2 s) and registers the checkpoint once every rank's report is in. A worker lost in between
+    loses its queued report, and Ray restarted the group from the checkpoint before (in the Ray tests, a worker
+    killed one step after a report restarted from step 0 under load). Waiting costs at most one poll interval a
+    checkpoint. The queue is Ray's internal one (ray 2.60, pinned in pyproject.toml); if it moves, the wait is
+    skipped and the old behaviour comes back, never an error."""
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context
+
+        result_queue = get_train_context().get_result_queue()
+    except (ImportError, AttributeError, RuntimeError):
+        return
+    result_queue.join()  # the controller's poll calls task_done() when it takes the report
 
 
 def _strategy_spec(spec: Any) -> tuple[str | None, dict[str, Any]]:
