@@ -1,7 +1,8 @@
 """Spectral bands: the Sentinel-2 L2A band set and band-name lookups.
 
 Band *names* are the contract everywhere in eoscale (stores, checkpoints, scenes): bands are matched by
-name, never by position, so a store or a scene may hold them in any order.
+name, never by position, so a store or a scene may hold them in any order. Which instrument a band belongs to
+(Sentinel-2, Landsat OLI, a generic camera) is `eoscale.sensors`' business: a name is only unique within a sensor.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from eoscale.errors import InputError
 
 @dataclass(frozen=True)
 class Band:
-    """One spectral band: its name, central wavelength and bandwidth (nm) and native ground sampling (m)."""
+    """One spectral band: its name, central wavelength and bandwidth (nm; None where the instrument's response is
+    unknown) and native ground sampling (m)."""
 
     name: str
-    wavelength_nm: float
-    bandwidth_nm: float
+    wavelength_nm: float | None
+    bandwidth_nm: float | None
     resolution_m: float
     description: str = ""
 

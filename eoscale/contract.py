@@ -1,7 +1,8 @@
 """The model contract: what an eoscale checkpoint promises about its input and its network.
 
 Every eoscale checkpoint holds, under ``checkpoint["eoscale"]``, the band contract of the store it was
-trained on: band names in order, the normalisation mean/std per band, the tile size and the class table.
+trained on: the sensor and band names in order (a band is (sensor, band): `eoscale.sensors`), the normalisation
+mean/std per band, the tile size and the class table.
 Resuming, fine-tuning and prediction compare it with their store and refuse a mismatch in one line.
 
 Since schema 2 it also holds, under ``checkpoint["eoscale_model"]``, the network's constructor arguments
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 
 from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
+from eoscale.sensors import DEFAULT_SENSOR
 
 CONTRACT_KEY = "eoscale"
 METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
@@ -48,6 +50,7 @@ class BandContract:
     std: tuple[float, ...]
     tile_size: int
     classes: tuple[dict, ...]  # {index, code, name, color}
+    sensor: str = DEFAULT_SENSOR
 
     @classmethod
     def from_datamodule(cls, datamodule: Any) -> BandContract:
@@ -60,6 +63,7 @@ class BandContract:
             std=tuple(float(v) for v in _stat(stats, "std")),
             tile_size=int(datamodule.tile_size),
             classes=tuple({k: r[k] for k in ("index", "code", "name", "color") if k in r} for r in records),
+            sensor=str(getattr(datamodule, "sensor", DEFAULT_SENSOR)),
         )
 
     def to_dict(self) -> dict:
@@ -70,6 +74,7 @@ class BandContract:
             "std": list(self.std),
             "tile_size": self.tile_size,
             "classes": [dict(c) for c in self.classes],
+            "sensor": self.sensor,
         }
 
     @classmethod
@@ -80,6 +85,8 @@ class BandContract:
             std=tuple(data["std"]),
             tile_size=int(data["tile_size"]),
             classes=tuple(dict(c) for c in data["classes"]),
+            # a contract from before sensors were recorded: every store then held Sentinel-2 bands (eoscale.sensors)
+            sensor=str(data.get("sensor") or DEFAULT_SENSOR),
         )
 
     def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
@@ -94,6 +101,8 @@ class BandContract:
         problem = None
         if self.bands != store.bands:
             problem = f"bands {list(self.bands)}, the store has {list(store.bands)}"
+        elif self.sensor != store.sensor:
+            problem = f"{self.sensor} bands, the store has {store.sensor} bands of the same names"
         elif self.tile_size != store.tile_size:
             problem = f"tile size {self.tile_size}, the store has {store.tile_size}"
         elif [(c["code"], c["name"]) for c in self.classes] != [(c["code"], c["name"]) for c in store.classes]:

@@ -8,7 +8,7 @@ A tile store is a Zarr v3 group that `xarray.open_zarr` opens as a labelled Data
   offset of the tile in its scene), ``transform(tile, affine)`` (the tile's affine transform, GDAL order
   a, b, c, d, e, f as `affine.Affine` takes them), ``split`` (index into ``SPLITS``), ``valid_fraction``
   and ``class_counts(tile, class)``.
-- group attributes (keys below): schema version, completeness, bands and wavelengths, nodata, the class
+- group attributes (keys below): schema version, completeness, sensor, bands and wavelengths, nodata, the class
   table, per-band statistics, the split ranges, the scenes with their CRS, the ingest parameters, and (since
   the store lineage) every input file's sha256.
 - beside the arrays, ``collection.json``: the store's STAC Collection, which holds the store's fingerprint
@@ -52,6 +52,7 @@ SPLITS = ("train", "val", "test")
 ATTR_SCHEMA = "eoscale_schema_version"
 ATTR_COMPLETE = "complete"
 ATTR_BANDS = "bands"  # list of band names, in store order
+ATTR_SENSOR = "sensor"  # the sensor the bands belong to (eoscale.sensors); absent in older stores: Sentinel-2
 ATTR_WAVELENGTHS = "wavelengths_nm"
 ATTR_NODATA = "nodata"
 ATTR_IGNORE_INDEX = "ignore_index"

@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"infer", "train", "track", "slurm", "maps", "serve"},
     {"models", "data", "ingest", "synth"},
     {"raster", "contract", "cluster", "catalog"},
+    {"sensors"},  # the sensor registry: band identity is (sensor, band)
     {"schema", "bands"},  # the ground: names every stage shares
     {"classes"},
     {"errors", "__init__"},

@@ -58,6 +58,7 @@ from eoscale.data.partition import train_subset
 from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
+from eoscale.sensors import DEFAULT_SENSOR
 
 
 class TileDataModule(LightningDataModule):
@@ -151,6 +152,11 @@ class TileDataModule(LightningDataModule):
                 f"band {', '.join(map(repr, unknown))} is not in tile store {self.store!r}: choose from {', '.join(names)}"
             )
         return [names.index(b) for b in self.bands]
+
+    @property
+    def sensor(self) -> str:
+        """The sensor of the store's bands (`eoscale.sensors`); a store from before it was recorded: Sentinel-2."""
+        return str(self.attrs.get(schema.ATTR_SENSOR) or DEFAULT_SENSOR)
 
     @property
     def band_names(self) -> list[str]:

@@ -66,6 +66,9 @@ class PredictConfig:
     band_names: list[str] | None = option("--band-names", "names of a multi-band file's bands, in file order, when "
                                           "its bands have no descriptions", default=None, type=_names,
                                           metavar="B02,B03,...")
+    band_map: str | None = option("--band-map", "apply the model to another sensor's bands: scene band=model band "
+                                  "pairs, e.g. SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A (a model is never applied to "
+                                  "another sensor's bands without it)", default=None, metavar="SR_B2=B02,...")
     ramp: str = option("--ramp", "how a window's weight falls off over the overlap when windows are blended",
                        default="cosine", choices=RAMPS)
     server: str | None = option("--server", "a Triton server running 'eoscale serve' (http://HOST:8000 or "

@@ -24,7 +24,8 @@ from eoscale.classes import ClassTable
 from eoscale.contract import BandContract
 from eoscale.errors import BandMismatchError
 from eoscale.models.checkpoint import load_network
-from eoscale.raster.sources import Scene, select_scene_bands
+from eoscale.raster.sources import Scene, map_scene_bands, select_scene_bands
+from eoscale.sensors import get_sensor
 
 
 @dataclass
@@ -47,12 +48,21 @@ class PredictionModel:
             return torch.device("cpu")  # this process only reads and blends
         return next(self.network.parameters()).device
 
-    def scene_bands(self, scene: Scene) -> Scene:
-        """`scene` with the contract's bands in the contract's order; a missing band is a BandMismatchError."""
+    def scene_bands(self, scene: Scene, band_map: dict[str, str] | None = None) -> Scene:
+        """`scene` with the contract's bands in the contract's order, its bands renamed by `band_map` first (`--band-map`);
+        another sensor's bands or a missing band is a BandMismatchError."""
+        scene = map_scene_bands(scene, band_map or {})
+        where = scene.paths[0] if len(scene.paths) == 1 else str(Path(scene.paths[0]).parent)
+        if scene.sensor != self.contract.sensor:
+            raise BandMismatchError(
+                f"scene {scene.id!r} ({where}) holds {get_sensor(scene.sensor).title} bands "
+                f"({', '.join(scene.band_names)}) but the model was trained on {get_sensor(self.contract.sensor).title} "
+                f"bands ({', '.join(self.contract.bands)}): to apply it anyway, map the bands explicitly with --band-map "
+                f"(e.g. SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A)"
+            )
         have = set(scene.band_names)
         missing = [b for b in self.contract.bands if normalise_band_name(b) not in have]
         if missing:
-            where = scene.paths[0] if len(scene.paths) == 1 else str(Path(scene.paths[0]).parent)
             raise BandMismatchError(
                 f"scene {scene.id!r} ({where}) has no band {', '.join(missing)}: the model needs "
                 f"{', '.join(self.contract.bands)} and the scene has {', '.join(scene.band_names)}"

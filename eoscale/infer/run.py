@@ -59,7 +59,8 @@ from eoscale.infer.outputs import (
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
-from eoscale.raster.sources import Scene, expand_paths, open_scene
+from eoscale.raster.sources import Scene, open_scene, scene_paths
+from eoscale.sensors import parse_band_map
 from eoscale.track.profiler import Profile, Schedule
 
 WORK_DIR = ".eoscale-predict"
@@ -160,8 +161,10 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         model = connect_model(config.server, served_model_name(config.model, config.adapter))
     else:
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
-    scenes = [model.scene_bands(open_scene(p, band_names=config.band_names))
-              for p in expand_paths(config.inputs, what="scene")]
+    band_map = parse_band_map(config.band_map)
+    wanted = None if band_map else list(model.contract.bands)  # which of a SAFE product's bands to take
+    scenes = [model.scene_bands(open_scene(p, band_names=config.band_names, bands=wanted), band_map)
+              for p in scene_paths(config.inputs)]
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from eoscale.errors import InputError
 from eoscale.ingest.skeleton import CODECS
+from eoscale.sensors import parse_band_map
 
 
 def _names(text: str) -> list[str]:
@@ -48,6 +49,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bands", type=_names, metavar="B02,B03,…", help="keep only these bands, in this order")
     parser.add_argument("--band-names", type=_names, metavar="B02,B03,…",
                         help="names of the bands of multi-band files that carry no band descriptions")
+    parser.add_argument("--band-map", metavar="SR_B2=B02,…",
+                        help="take one sensor's bands as another's (scene band=store band, e.g. "
+                             "SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A for Landsat scenes beside Sentinel-2 ones); "
+                             "only the mapped bands are kept")
     parser.add_argument("--tile-size", type=int, default=64, help="tile edge in pixels (default: %(default)s)")
     parser.add_argument("--stride", type=int, help="pixels between tile origins (default: the tile size, no overlap)")
     parser.add_argument("--shard-tiles", type=int, default=256, help="tiles per shard file (default: %(default)s)")
@@ -103,11 +108,14 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
         summary = ingest(
             args.scenes, args.output, labels=args.labels, classes=args.classes, bands=args.bands,
-            band_names=args.band_names, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
+            band_names=args.band_names, band_map=parse_band_map(args.band_map), tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
         )
+    if summary.skipped:
+        console.print(f"[yellow]warning:[/] skipped {len(summary.skipped)} file(s) that hold no band: "
+                      + ", ".join(summary.skipped))
     if summary.unmapped_label_codes:
         counts = ", ".join(f"code {c}: {n} px" for c, n in sorted(summary.unmapped_label_codes.items()))
         console.print(f"[yellow]warning:[/] label codes not in the class table were set to ignore ({counts})")

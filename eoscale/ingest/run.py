@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from eoscale import __version__, schema
-from eoscale.bands import SENTINEL2_NAMES, sentinel2_band
 from eoscale.catalog.digest import file_sha256, store_fingerprint
 from eoscale.catalog.stac import footprint, store_collection, to_json, write_json
 from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
@@ -40,6 +39,7 @@ from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.writer import finalize, gather_markers, marker_path, write_shard
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, expand_paths, open_scenes
+from eoscale.sensors import get_sensor
 
 
 @dataclass
@@ -57,6 +57,8 @@ class IngestSummary:
     scenes: list[str] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # seconds spent in each phase
     fingerprint: str = ""  # eoscale.catalog.digest.store_fingerprint, as the store's collection.json records it
+    sensor: str = ""  # eoscale.sensors: what the store's bands are
+    skipped: list[str] = field(default_factory=list)  # files in band directories that hold no band
 
     @property
     def compression_ratio(self) -> float:
@@ -80,6 +82,7 @@ def ingest(
     classes: str | ClassTable | None = None,
     bands: list[str] | None = None,
     band_names: list[str] | None = None,
+    band_map: dict[str, str] | None = None,
     tile_size: int = 64,
     stride: int | None = None,
     shard_tiles: int = 256,
@@ -106,7 +109,7 @@ def ingest(
         raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
     check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
-    scene_list = open_scenes(scenes, bands=bands, band_names=band_names)
+    scene_list = open_scenes(scenes, bands=bands, band_names=band_names, band_map=band_map)
     label_rasters = describe_label_rasters(expand_paths(labels, what="label raster")) if labels else []
     scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in scene_list]
     for scene in scene_list:
@@ -116,7 +119,8 @@ def ingest(
                 f"use a smaller --tile-size"
             )
     parameters = {
-        "bands": scene_list[0].band_names, "tile_size": tile_size, "stride": stride, "shard_tiles": shard_tiles,
+        "bands": scene_list[0].band_names, "sensor": scene_list[0].sensor, "band_map": dict(band_map or {}),
+        "tile_size": tile_size, "stride": stride, "shard_tiles": shard_tiles,
         "min_valid": min_valid, "split": list(split), "split_block": split_block, "seed": seed, "codec": codec,
         "level": level, "classes": class_table.to_records(),
     }
@@ -222,6 +226,8 @@ def ingest(
         scenes=[s.id for s in scene_list],
         phases=phases,
         fingerprint=store_fingerprint,
+        sensor=scene_list[0].sensor,
+        skipped=[p for s in scene_list for p in s.skipped],
     )
 
 
@@ -285,11 +291,13 @@ def _prepare_work_dir(work: Path, progress: Path, fingerprint: str, *, overwrite
 
 def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dict, stride: int, fingerprint: str) -> dict:
     names = scenes[0].band_names
+    sensor = get_sensor(scenes[0].sensor)
     return {
         schema.ATTR_SCHEMA: schema.SCHEMA_VERSION,
         schema.ATTR_COMPLETE: False,
+        schema.ATTR_SENSOR: sensor.name,
         schema.ATTR_BANDS: names,
-        schema.ATTR_WAVELENGTHS: [sentinel2_band(n).wavelength_nm if n in SENTINEL2_NAMES else None for n in names],
+        schema.ATTR_WAVELENGTHS: sensor.wavelengths(names, scenes[0].platform),
         schema.ATTR_NODATA: scenes[0].nodata,
         schema.ATTR_IGNORE_INDEX: IGNORE_INDEX,
         schema.ATTR_CLASSES: classes.to_records(),

@@ -9,6 +9,11 @@ band (`.msk` or internal) or its alpha band says where it holds data; a file wit
 where *every* band has its nodata value (0 when it declares none: Sentinel-2's convention, whose JPEG 2000
 bands declare no nodata). A scene of several files is read as GDAL reads them stacked in one VRT: the mask
 bands together, and the nodata-only bands all at nodata. One dark band at 0 does not make a pixel missing.
+A scene's classification layer (a SAFE's SCL, `Scene.class_mask`) adds to the mask: its nodata classes, resampled by
+nearest neighbour onto the reference grid, count as masked.
+
+Bands whose file values are not on the store's scale (`BandFile.scale`/`offset`: Sentinel-2 L2A from baseline 04.00)
+are mapped onto it as they are read; a valid pixel stays at least 1 (nodata is 0), nodata stays nodata.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class SceneReader:
         self._files: list[rasterio.io.DatasetReader] = []
         # path -> [(position in the output, band index in the file)]
         self._reads: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self._linear = [(p, b.scale, b.offset) for p, b in enumerate(scene.bands) if (b.scale, b.offset) != (1.0, 0.0)]
         for position, band in enumerate(scene.bands):
             self._reads[band.path].append((position, band.index))
         for path in self._reads:
@@ -79,6 +85,9 @@ class SceneReader:
                 width=scene.width,
                 height=scene.height,
                 resampling=resampling,
+                # the file's nodata (0 where it declares none, as Sentinel-2's JPEG 2000 bands) takes no part in the
+                # resampling: else bilinear blends 0 into the pixels beside a nodata edge
+                src_nodata=nodata_of(src),
                 nodata=scene.nodata,
             )
         # which files say where they hold data with a mask band, and the nodata value of the others' bands
@@ -86,6 +95,13 @@ class SceneReader:
         self._mask_paths = [p for p in self._reads if on_grid_file(self._datasets[p]) and has_mask_band(self._datasets[p])]
         self._nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p]) else float(scene.nodata)
                         for p in self._reads if p not in self._mask_paths}
+        self._classes: WarpedVRT | None = None
+        if scene.class_mask is not None:
+            src = rasterio.open(scene.class_mask.path)
+            self._files.append(src)
+            # nearest neighbour: classes are not numbers; outside the layer the VRT holds 0, SCL's "no data"
+            self._classes = WarpedVRT(src, crs=scene.crs, transform=scene.transform, width=scene.width,
+                                      height=scene.height, resampling=Resampling.nearest)
 
     def __enter__(self) -> SceneReader:
         return self
@@ -94,7 +110,7 @@ class SceneReader:
         self.close()
 
     def close(self) -> None:
-        for ds in self._datasets.values():
+        for ds in [*self._datasets.values(), self._classes]:
             if isinstance(ds, WarpedVRT):
                 ds.close()
         for src in self._files:
@@ -112,7 +128,25 @@ class SceneReader:
             except RasterioError as err:
                 message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 raise InputError(f"{path!r} could not be read ({message}): the file is damaged or truncated") from None
+        for position, scale, offset in self._linear:
+            out[position] = self._to_store_scale(out[position], scale, offset)
         return out
+
+    def _to_store_scale(self, values: np.ndarray, scale: float, offset: float) -> np.ndarray:
+        nodata = self.scene.nodata
+        mapped = np.rint(values * np.float32(scale) + np.float32(offset)).clip(1, 65535).astype(np.uint16)
+        return np.where(values == nodata, np.uint16(nodata), mapped)
+
+    def _class_masked(self, window: Window | None) -> np.ndarray:
+        """Where the scene's classification layer says nodata (all False without one)."""
+        assert self._classes is not None
+        try:
+            classes = self._classes.read(self.scene.class_mask.index, window=window)
+        except RasterioError as err:
+            message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise InputError(f"{self.scene.class_mask.path!r} could not be read ({message}): the file is damaged or "
+                             f"truncated") from None
+        return np.isin(classes, self.scene.class_mask.classes)
 
     def read_masked(self, row_off: int, col_off: int, height: int, width: int) -> MaskedWindow:
         """The window's pixels of every band and where they hold no data (see the module docstring)."""
@@ -121,6 +155,8 @@ class SceneReader:
         by_mask = np.zeros((height, width), dtype=bool)
         for path in self._mask_paths:
             by_mask |= self._dataset_mask(path, window) == 0
+        if self._classes is not None:
+            by_mask |= self._class_masked(window)
         if self._nodata:
             by_nodata = np.ones((height, width), dtype=bool)
             for path, value in self._nodata.items():
@@ -139,8 +175,11 @@ class SceneReader:
             valid = np.ones((self.scene.height, self.scene.width), dtype=bool)
             for path in self._mask_paths:
                 valid &= self._dataset_mask(path, None) != 0
-            return valid
-        return self.read_reference() != self.scene.nodata
+        else:
+            valid = self.read_reference() != self.scene.nodata
+        if self._classes is not None:
+            valid &= ~self._class_masked(None)
+        return valid
 
     def _dataset_mask(self, path: str, window: Window | None) -> np.ndarray:
         try:
@@ -152,6 +191,8 @@ class SceneReader:
     def describe_validity(self) -> str:
         """How this scene says where it holds no data, in words for `eoscale info`."""
         parts = [f"mask band of {len(self._mask_paths)} file(s)"] if self._mask_paths else []
+        if self.scene.class_mask is not None:
+            parts.append(f"{self.scene.class_mask.name} classes {','.join(map(str, self.scene.class_mask.classes))}")
         values = sorted(set(self._nodata.values()))
         if values:
             parts.append(f"nodata {', '.join(f'{v:g}' for v in values)} in every band")

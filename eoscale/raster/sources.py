@@ -1,17 +1,21 @@
 """Scene sources: find the rasters of each scene, name their bands, and check them before any work starts.
 
-A scene is either one multi-band file (bands named by their descriptions, or by `band_names`) or a
-directory of single-band files, one per band (the band named by the file's description or by a band token
-in its file name, as `T32ULB_20240612_B8A.tif` or `B8A.jp2`). Bands are resampled onto the scene's
+A scene is one multi-band file (bands named by their descriptions, by `band_names`, or by GDAL's colour
+interpretation for RGB files), a directory of single-band files, one per band (the band named by the file's
+description or by a band token in its file name, as `T32ULB_20240612_B8A.tif`, `B8A.jp2` or Landsat's
+`…_SR_B5.TIF`), or a Sentinel-2 L2A SAFE product (`eoscale.raster.safe`). Bands are resampled onto the scene's
 *reference grid*: the grid of its finest band (the file's own grid for a multi-band file).
+
+Every scene knows its sensor (`eoscale.sensors`): band names are only unique within one. Files in a band
+directory that name no band (cloud masks, TCI previews, AOT/WVP layers, thumbnails) are skipped and listed in
+`Scene.skipped`, for the caller to report once.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import rasterio
@@ -21,20 +25,43 @@ from rasterio.enums import ColorInterp
 from rasterio.errors import RasterioIOError
 from rasterio.transform import array_bounds
 
-from eoscale.bands import SENTINEL2_NAMES, normalise_band_name
+from eoscale.bands import normalise_band_name
 from eoscale.errors import InputError, InputNotFoundError
+from eoscale.sensors import (
+    DEFAULT_SENSOR,
+    band_in_file_name,
+    band_of_description,
+    get_sensor,
+    sensor_of_bands,
+)
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".vrt", ".img")
-_BAND_TOKEN = re.compile(r"(?:^|[_\-.])(B(?:0?[1-9]|1[0-2]|8A))(?:[_\-.]|$)", re.IGNORECASE)
+# files beside the bands that are listed when skipped (previews, thumbnails); other files pass unmentioned
+_IMAGE_SUFFIXES = RASTER_SUFFIXES + (".png", ".jpg", ".jpeg")
+_RGB = {ColorInterp.red: "RED", ColorInterp.green: "GREEN", ColorInterp.blue: "BLUE"}
 
 
 @dataclass(frozen=True)
 class BandFile:
-    """Where one band of a scene lives: a file and the 1-based band index in it."""
+    """Where one band of a scene lives: a file and the 1-based band index in it, and the linear map from the file's
+    values to the store's scale (`value * scale + offset`; identity but for products with an offset, as Sentinel-2
+    L2A from processing baseline 04.00)."""
 
     name: str
     path: str
     index: int
+    scale: float = 1.0
+    offset: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClassMask:
+    """A classification layer whose `classes` make a pixel nodata (Sentinel-2's SCL), resampled by nearest neighbour."""
+
+    name: str
+    path: str
+    classes: tuple[int, ...]
+    index: int = 1
 
 
 @dataclass(frozen=True)
@@ -49,6 +76,12 @@ class Scene:
     height: int
     nodata: float
     paths: tuple[str, ...] = field(default=())
+    sensor: str = DEFAULT_SENSOR
+    platform: str | None = None
+    radiometry: dict | None = None  # what was done to land on the store's scale (a SAFE's baseline and offsets)
+    class_mask: ClassMask | None = None
+    band_map: tuple[tuple[str, str], ...] = ()  # (the file's band, the name it was given) under --band-map
+    skipped: tuple[str, ...] = ()  # files beside the bands that hold no band
 
     @property
     def band_names(self) -> list[str]:
@@ -69,6 +102,12 @@ class Scene:
             "height": self.height,
             "transform": list(self.transform)[:6],
             "nodata": self.nodata,
+            "sensor": self.sensor,
+            "platform": self.platform,
+            **({"radiometry": self.radiometry} if self.radiometry else {}),
+            **({"mask": {"layer": self.class_mask.name, "path": self.class_mask.path,
+                         "nodata_classes": list(self.class_mask.classes)}} if self.class_mask else {}),
+            **({"band_map": dict(self.band_map)} if self.band_map else {}),
         }
 
 
@@ -122,15 +161,25 @@ def _first_line(err: Exception) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
-def _band_name_of(path: str, description: str | None) -> str | None:
-    if description:
-        return normalise_band_name(description)
-    match = _BAND_TOKEN.search(Path(path).stem)
-    return normalise_band_name(match.group(1)) if match else None
+def _band_of(path: str, description: str | None) -> tuple[str, str] | None:
+    """(sensor, band) of a file in a band directory: its description if that names a known band, else its file name."""
+    return (band_of_description(description) if description else None) or band_in_file_name(Path(path).stem)
 
 
-def open_scene(path: str, *, band_names: list[str] | None = None) -> Scene:
-    """Describe the scene at `path` (a multi-band file or a directory of one file per band)."""
+def scene_paths(patterns: list[str]) -> list[str]:
+    """The scenes named by `patterns` (`expand_paths`), a folder of SAFE products standing for its products."""
+    from eoscale.raster.safe import products_in
+
+    return [q for p in expand_paths(patterns, what="scene") for q in (products_in(p) or [p])]
+
+
+def open_scene(path: str, *, band_names: list[str] | None = None, bands: list[str] | None = None) -> Scene:
+    """Describe the scene at `path` (a multi-band file, a directory of one file per band, or a SAFE product, of
+    which `bands` are taken: default, the sensor's usual set)."""
+    from eoscale.raster.safe import is_safe, open_safe
+
+    if is_safe(path):
+        return open_safe(path, bands=[normalise_band_name(b) for b in bands] if bands else None)
     if os.path.isdir(path):
         return _open_band_directory(path)
     with open_raster(path) as src:
@@ -147,6 +196,9 @@ def open_scene(path: str, *, band_names: list[str] | None = None) -> Scene:
             names = [normalise_band_name(n) for n in band_names]
         else:
             names = [normalise_band_name(src.descriptions[i - 1]) if src.descriptions[i - 1] else "" for i in data]
+            interp = [_RGB.get(src.colorinterp[i - 1]) for i in data]
+            if not any(names) and all(interp) and len(set(interp)) == len(interp):
+                names = interp  # an RGB file without band descriptions: GDAL's colour interpretation names them
             if not all(names):
                 raise InputError(
                     f"{path!r} has bands without descriptions: name them with --band-names "
@@ -163,6 +215,7 @@ def open_scene(path: str, *, band_names: list[str] | None = None) -> Scene:
             height=src.height,
             nodata=nodata_of(src),
             paths=(path,),
+            sensor=sensor_of_bands(names, what=repr(path)),
         )
 
 
@@ -173,33 +226,46 @@ def nodata_of(src: rasterio.io.DatasetReader) -> float:
 
 
 def _open_band_directory(path: str) -> Scene:
-    files = sorted(f for f in Path(path).iterdir() if f.suffix.lower() in RASTER_SUFFIXES)
-    if not files:
+    files = sorted(f for f in Path(path).iterdir() if f.suffix.lower() in _IMAGE_SUFFIXES)
+    if not any(f.suffix.lower() in RASTER_SUFFIXES for f in files):
         raise InputError(f"scene directory {path!r} holds no raster files ({', '.join(RASTER_SUFFIXES)})")
     bands: list[BandFile] = []
+    sensors: dict[str, str] = {}  # sensor -> a file of it, for the error message
+    skipped: list[str] = []
     finest: tuple[float, str] | None = None
     grids = {}
     for f in files:
+        if f.suffix.lower() not in RASTER_SUFFIXES:
+            skipped.append(str(f))
+            continue
         with open_raster(str(f)) as src:
+            identity = _band_of(str(f), src.descriptions[0] if src.count == 1 else None)
+            if identity is None:
+                skipped.append(str(f))  # a cloud mask, a TCI preview, AOT/WVP, a QA band: not a band of the scene
+                continue
+            sensor, name = identity
             check_crs(str(f), src.crs)
             check_dtype(str(f), src.dtypes)
             if src.count != 1:
                 raise InputError(f"{str(f)!r} has {src.count} bands: a band directory needs one band per file")
-            name = _band_name_of(str(f), src.descriptions[0])
-            if name is None:
-                raise InputError(
-                    f"cannot tell which band {str(f)!r} holds: set its description or put the band in its name (…_B04.tif)"
-                )
             if any(b.name == name for b in bands):
                 raise InputError(f"scene directory {path!r} has two files for band {name}")
+            sensors.setdefault(sensor, str(f))
             bands.append(BandFile(name, str(f), 1))
             pixel = abs(src.transform.a)
             grids[str(f)] = (src.crs, src.transform, src.width, src.height, nodata_of(src))
             if finest is None or pixel < finest[0]:
                 finest = (pixel, str(f))
-    assert finest is not None
-    # Sentinel-2 bands in the product's order (by wavelength), other bands after them in file-name order
-    bands.sort(key=lambda b: SENTINEL2_NAMES.index(b.name) if b.name in SENTINEL2_NAMES else len(SENTINEL2_NAMES))
+    if finest is None:
+        raise InputError(f"scene directory {path!r} holds no band files: name them by band (…_B04.tif, …_SR_B4.TIF) "
+                         f"or set their descriptions")
+    if len(sensors) > 1:
+        (a, fa), (b, fb) = list(sensors.items())[:2]
+        raise InputError(f"scene directory {path!r} mixes {get_sensor(a).title} bands ({fa}) and "
+                         f"{get_sensor(b).title} bands ({fb}): put each scene's bands in a folder of their own")
+    sensor = get_sensor(next(iter(sensors)))
+    # bands in the sensor's order (by wavelength), other bands after them in file-name order
+    bands.sort(key=lambda band: sensor.order(band.name))
     crs, transform, width, height, nodata = grids[finest[1]]
     return Scene(
         id=Path(path).name,
@@ -209,7 +275,9 @@ def _open_band_directory(path: str) -> Scene:
         width=width,
         height=height,
         nodata=nodata,
-        paths=tuple(str(f) for f in files),
+        paths=tuple(b.path for b in bands),
+        sensor=sensor.name,
+        skipped=tuple(skipped),
     )
 
 
@@ -224,21 +292,47 @@ def select_scene_bands(scene: Scene, wanted: list[str] | None) -> Scene:
             f"band(s) {', '.join(missing)} not in scene {scene.id!r} ({', '.join(scene.paths[:1])}): "
             f"it has {', '.join(scene.band_names)}"
         )
-    return Scene(
-        id=scene.id,
-        bands=tuple(lookup[normalise_band_name(n)] for n in wanted),
-        crs=scene.crs,
-        transform=scene.transform,
-        width=scene.width,
-        height=scene.height,
-        nodata=scene.nodata,
-        paths=scene.paths,
-    )
+    return replace(scene, bands=tuple(lookup[normalise_band_name(n)] for n in wanted))
 
 
-def open_scenes(patterns: list[str], *, bands: list[str] | None = None, band_names: list[str] | None = None) -> list[Scene]:
-    """All scenes named by `patterns`, checked to share one band set (the `bands` subset when given)."""
-    scenes = [select_scene_bands(open_scene(p, band_names=band_names), bands) for p in expand_paths(patterns, what="scene")]
+def map_scene_bands(scene: Scene, band_map: dict[str, str]) -> Scene:
+    """The scene's bands renamed by `--band-map` ({its band: the name it is taken as}) when the map names any of
+    them (a map for other scenes leaves it as it is): only the mapped bands are kept, and the scene becomes of the
+    sensor the new names belong to."""
+    if not any(name in scene.band_names for name in band_map):
+        return scene
+    kept = [b for b in scene.bands if b.name in band_map]
+    missing = [n for n in band_map if n not in scene.band_names]
+    if missing:
+        raise InputError(f"--band-map names band(s) {', '.join(missing)} that scene {scene.id!r} does not have: "
+                         f"it has {', '.join(scene.band_names)}")
+    targets = [band_map[b.name] for b in kept]
+    return replace(scene, bands=tuple(replace(b, name=band_map[b.name]) for b in kept),
+                   sensor=sensor_of_bands(targets, what="--band-map"),
+                   band_map=tuple((b.name, band_map[b.name]) for b in kept))
+
+
+def check_one_sensor(scenes: list[Scene]) -> None:
+    """One ingest or prediction holds one sensor's bands: band names mean different light on different sensors."""
+    first = scenes[0]
+    for scene in scenes[1:]:
+        if scene.sensor != first.sensor:
+            raise InputError(
+                f"scene {scene.id!r} holds {get_sensor(scene.sensor).title} bands ({', '.join(scene.band_names)}) "
+                f"but {first.id!r} holds {get_sensor(first.sensor).title} bands: ingest them into separate stores, "
+                f"or map one's bands onto the other's with --band-map (e.g. SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A)"
+            )
+
+
+def open_scenes(patterns: list[str], *, bands: list[str] | None = None, band_names: list[str] | None = None,
+                band_map: dict[str, str] | None = None) -> list[Scene]:
+    """All scenes named by `patterns`, renamed by `band_map`, checked to hold one sensor's bands and to share one
+    band set (the `bands` subset when given)."""
+    wanted = None if band_map else bands  # a product's bands to take; under a band map, --bands are the new names
+    scenes = [map_scene_bands(open_scene(p, band_names=band_names, bands=wanted), band_map or {})
+              for p in scene_paths(patterns)]
+    check_one_sensor(scenes)
+    scenes = [select_scene_bands(s, bands) for s in scenes]
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share an id (file or directory name): {sorted(ids)}")

@@ -3,6 +3,7 @@
     eoscale synth                                  # 5 scenes of 1000x1000 px into data/synthetic
     eoscale synth runs/tiny --scenes 2 --size 256 --seed 1
     eoscale synth --layout perband --nodata-fraction 0 --overwrite
+    eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import time
 
 from eoscale.errors import InputError
-from eoscale.synth.dataset import DEFAULT_NODATA_FRACTION, LAYOUTS, MIN_SIZE, synthesize
+from eoscale.synth.dataset import DEFAULT_BASELINE, DEFAULT_NODATA_FRACTION, LAYOUTS, MIN_SIZE, synthesize
 
 DEFAULT_OUTPUT = "data/synthetic"
 
@@ -35,7 +36,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed; scene i depends only on the seed and i (default: %(default)s)")
     parser.add_argument(
         "--layout", choices=LAYOUTS, default="multiband",
-        help="multiband: one 10-band file per scene at 10 m; perband: one file per band, 20 m bands at 20 m (default: %(default)s)",
+        help="multiband: one 10-band file per scene at 10 m; perband: one file per band, 20 m bands at 20 m; safe: a "
+        "Sentinel-2 L2A SAFE product (MTD_MSIL2A.xml, JPEG 2000 bands under GRANULE/*/IMG_DATA/R10m|R20m, SCL) "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
+        "--baseline", default=DEFAULT_BASELINE, metavar="NN.NN",
+        help="with --layout safe: the processing baseline; from 04.00 the bands carry BOA_ADD_OFFSET -1000 as ESA's "
+        "products do (default: %(default)s)",
     )
     parser.add_argument(
         "--nodata-fraction", type=float, default=DEFAULT_NODATA_FRACTION, metavar="F",
@@ -60,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
-            nodata_fraction=args.nodata_fraction, overwrite=args.overwrite, on_scene=progress,
+            nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(

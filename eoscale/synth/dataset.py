@@ -5,6 +5,7 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
     classes.csv                               the class table (a sub-table of ESA WorldCover)
     scenes/<scene_id>.tif                     --layout multiband: 10 bands at 10 m
     scenes/<scene_id>/<scene_id>_<BAND>.tif   --layout perband: one file per band, 20 m bands at 20 m
+    scenes/S2A_MSIL2A_…_N0510_….SAFE/         --layout safe: a Sentinel-2 L2A product (`eoscale.synth.safe`)
     labels/<scene_id>_landcover.tif           WorldCover codes, EPSG:3035 at 20 m
     manifest.json
 
@@ -30,6 +31,7 @@ from eoscale.classes import WORLDCOVER, ClassTable
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.render import render_scene
+from eoscale.synth.safe import check_baseline, write_safe
 from eoscale.synth.scene import (
     LABEL_CRS,
     LABEL_RESOLUTION_M,
@@ -41,7 +43,8 @@ from eoscale.synth.scene import (
     write_multiband,
 )
 
-LAYOUTS = ("multiband", "perband")
+LAYOUTS = ("multiband", "perband", "safe")
+DEFAULT_BASELINE = "05.10"  # --layout safe: the processing baseline of today's products (with BOA_ADD_OFFSET)
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "eoscale-synth/1"
 CLASS_TABLE_FILE = "classes.csv"
@@ -56,7 +59,8 @@ class SynthResult:
     out_dir: Path
     layout: str
     scene_ids: list[str]
-    scene_paths: list[Path] | list[list[Path]]  # per scene: the file (multiband) or its band files in band order
+    scene_paths: list[Path] | list[list[Path]]  # per scene: the file (multiband), its SAFE folder (safe), or its band
+    # files in band order (perband)
     label_paths: list[Path]
     class_table_path: Path
     manifest_path: Path
@@ -69,6 +73,8 @@ class SynthResult:
         scenes = manifest["scenes"]
         if manifest["layout"] == "multiband":
             scene_paths: list = [out_dir / s["image"] for s in scenes]
+        elif manifest["layout"] == "safe":
+            scene_paths = [out_dir / s["product"] for s in scenes]
         else:
             scene_paths = [[out_dir / p for p in s["bands"].values()] for s in scenes]
         return cls(
@@ -95,6 +101,7 @@ def synthesize(
     seed: int = 0,
     layout: str = "multiband",
     nodata_fraction: float = DEFAULT_NODATA_FRACTION,
+    baseline: str = DEFAULT_BASELINE,
     overwrite: bool = False,
     on_scene: Callable[[int, str], None] | None = None,
 ) -> SynthResult:
@@ -102,9 +109,11 @@ def synthesize(
 
     `size` is pixels of 10 m, square or (height, width); `nodata_fraction` is the mean share of a scene under
     cloud (0 for none; above 0, some scenes also lose a wedge beyond the swath edge); `on_scene(i, id)` is
-    called after each scene is written.
+    called after each scene is written; `baseline` is the processing baseline a SAFE product (`layout="safe"`) is
+    written under (the same scene holds the same reflectance under any).
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
+    check_baseline(baseline)
     scenes, seed, nodata_fraction = int(scenes), int(seed), float(nodata_fraction)
     out_dir = Path(out_dir)
     target = out_dir.resolve()
@@ -116,10 +125,12 @@ def synthesize(
         table.save(staging / CLASS_TABLE_FILE)
         records = []
         for index in range(scenes):
-            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table))
+            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
+        if layout == "safe":
+            manifest["processing_baseline"] = baseline
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _move_into_place(staging, target)
     except BaseException:
@@ -133,7 +144,8 @@ def scene_id(index: int) -> str:
 
 
 def _write_scene(
-    root: Path, index: int, shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float, table: ClassTable
+    root: Path, index: int, shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float, table: ClassTable,
+    baseline: str = DEFAULT_BASELINE,
 ) -> dict:
     sid = scene_id(index)
     rng = np.random.default_rng([seed, index])  # one stream per scene: scene i never depends on the others
@@ -151,6 +163,10 @@ def _write_scene(
     if layout == "multiband":
         record["image"] = f"scenes/{sid}.tif"
         write_multiband(root / record["image"], bands, shape, transform, tags)
+    elif layout == "safe":
+        written = write_safe(root / "scenes", index, bands, transform, baseline=baseline)
+        record["product"] = f"scenes/{written['product']}"
+        record["bands"] = {band: f"scenes/{path}" for band, path in written["bands"].items()}
     else:
         (root / "scenes" / sid).mkdir()
         record["bands"] = {}

@@ -1,0 +1,43 @@
+"""`eoscale predict` on real product layouts: a Sentinel-2 L2A SAFE product maps like its bands on the reflectance
+scale; a Sentinel-2 model refuses Landsat bands unless the user maps them (`--band-map`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import rasterio
+
+from eoscale.cli import main
+from eoscale.synth import synthesize
+from tests.checkpoints import make_checkpoint
+from tests.infer.test_bad_input import _args, _fails
+from tests.products import safe_product, write_landsat_folder
+from tests.rasters import read_map
+
+
+def test_predict_maps_safe_products_of_both_baselines_alike(checkpoint, tmp_path):
+    from eoscale.infer.run import PredictConfig, predict
+
+    products = []
+    for baseline in ("03.01", "05.10"):
+        root = synthesize(tmp_path / baseline, scenes=1, size=64, seed=2, layout="safe", baseline=baseline,
+                          nodata_fraction=0.0)
+        products.append(safe_product(root.out_dir))
+    predict(PredictConfig(checkpoint=str(checkpoint), inputs=[str(p) for p in products], output=str(tmp_path / "maps"),
+                          progress=False))
+    old, new = (tmp_path / "maps" / f"{p.name.removesuffix('.SAFE')}_landcover.tif" for p in products)
+    with rasterio.open(new) as src:
+        assert (src.height, src.width) == (64, 64) and src.crs.to_epsg() == 32632
+    np.testing.assert_array_equal(read_map(old), read_map(new))
+
+
+def test_sentinel2_model_refuses_landsat_bands_unless_mapped(tmp_path, capsys):
+    landsat = write_landsat_folder(tmp_path / "LC09_L2SP_196025_20230612", size=48)
+    four = make_checkpoint(tmp_path / "four.ckpt", bands=("B02", "B03", "B04", "B8A"))
+    line = _fails(capsys, _args(four, landsat, tmp_path / "out"), "Landsat 8/9 OLI bands", "Sentinel-2 MSI",
+                  "--band-map")
+    assert "SR_B5" in line
+    assert not (tmp_path / "out").exists()
+    _fails(capsys, [*_args(four, landsat, tmp_path / "out"), "--band-map", "SR_B2=B02,SR_B9=B03"], "SR_B9")
+    assert main(["predict", *_args(four, landsat, tmp_path / "out"), "--band-map",
+                 "SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A"]) == 0
+    assert read_map(tmp_path / "out" / f"{landsat.name}_landcover.tif").shape == (48, 48)
