@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
-from eoscale.sensors import DEFAULT_SENSOR
+from eoscale.sensors import recorded_sensor
 
 CONTRACT_KEY = "eoscale"
 METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
@@ -50,7 +50,10 @@ class BandContract:
     std: tuple[float, ...]
     tile_size: int
     classes: tuple[dict, ...]  # {index, code, name, color}
-    sensor: str = DEFAULT_SENSOR
+    sensor: str | None = None  # eoscale.sensors; None: what the band names say (a record from before sensors were kept)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
 
     @classmethod
     def from_datamodule(cls, datamodule: Any) -> BandContract:
@@ -63,7 +66,7 @@ class BandContract:
             std=tuple(float(v) for v in _stat(stats, "std")),
             tile_size=int(datamodule.tile_size),
             classes=tuple({k: r[k] for k in ("index", "code", "name", "color") if k in r} for r in records),
-            sensor=str(getattr(datamodule, "sensor", DEFAULT_SENSOR)),
+            sensor=getattr(datamodule, "sensor", None),
         )
 
     def to_dict(self) -> dict:
@@ -85,8 +88,8 @@ class BandContract:
             std=tuple(data["std"]),
             tile_size=int(data["tile_size"]),
             classes=tuple(dict(c) for c in data["classes"]),
-            # a contract from before sensors were recorded: every store then held Sentinel-2 bands (eoscale.sensors)
-            sensor=str(data.get("sensor") or DEFAULT_SENSOR),
+            # a contract from before sensors were recorded: Sentinel-2 (eoscale.sensors.recorded_sensor)
+            sensor=data.get("sensor"),
         )
 
     def normalisation(self) -> tuple[np.ndarray, np.ndarray]:

@@ -7,8 +7,10 @@ ambiguous: Landsat's `SR_B5` (NIR, 865 nm) is not Sentinel-2's `B05` (red edge, 
 sensor (`eoscale.schema.ATTR_SENSOR`), checkpoints carry it in their band contract (`eoscale.contract`), and a
 model is applied to another sensor's bands only through an explicit `--band-map` (`parse_band_map`).
 
-Records written before sensors were recorded (stores, checkpoints) hold Sentinel-2 bands: every scene eoscale
-could read then was named by Sentinel-2's band names, so `DEFAULT_SENSOR` is what a missing record means.
+Records written before sensors were recorded (stores, checkpoints) are read as Sentinel-2 (`recorded_sensor`): every
+band eoscale could name then got a Sentinel-2 name (a Landsat `SR_B5` file became `B05`: the bug this module ends).
+Only a record whose band names belong to no Sentinel-2 band (a user's own `--band-names`) is read as what its names
+say, so that an old model trained on such names still maps scenes named the same way.
 """
 
 from __future__ import annotations
@@ -115,6 +117,17 @@ def get_sensor(name: str | None) -> Sensor:
     if key not in SENSORS:
         raise InputError(f"unknown sensor {name!r}: expected one of {', '.join(SENSORS)}")
     return SENSORS[key]
+
+
+def recorded_sensor(record: str | None, bands: list[str] | tuple[str, ...]) -> str:
+    """The sensor a store or checkpoint records; without a record (written before sensors were), Sentinel-2 for
+    Sentinel-2 band names and what the names say otherwise (see the module docstring)."""
+    if record:
+        return get_sensor(record).name
+    try:
+        return sensor_of_bands(list(bands), what="a record")
+    except InputError:
+        return DEFAULT_SENSOR
 
 
 def sensor_of_bands(names: list[str], *, what: str) -> str:

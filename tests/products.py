@@ -63,3 +63,16 @@ def write_cluttered_band_folder(folder: Path, *, size: int = 96) -> tuple[Path, 
     (folder / "preview.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     return folder, ["cloud_mask.tif", "T32ULB_20240612T103031_TCI_10m.tif", "T32ULB_20240612T103031_AOT_10m.tif",
                     "preview.png"]
+
+
+def write_rgb(path: Path, *, size: int = 64, nir: bool = False, seed: int = 0) -> Path:
+    """An aerial RGB (uint8, GDAL colour interpretation red/green/blue, no band descriptions) or, with `nir`, RGBN
+    (uint16, four undescribed bands) mosaic tile in UTM 32N at 1 m."""
+    rng = np.random.default_rng(seed)
+    count, dtype = (4, "uint16") if nir else (3, "uint8")
+    pixels = rng.integers(1, 250, (count, size, size)).astype(dtype)
+    extra = {} if nir else {"photometric": "RGB"}
+    with rasterio.open(path, "w", driver="GTiff", height=size, width=size, count=count, dtype=dtype, crs="EPSG:32632",
+                       transform=from_origin(310_000, 5_650_000, 1, 1), nodata=0, **extra) as dst:
+        dst.write(pixels)
+    return path

@@ -58,7 +58,7 @@ from eoscale.data.partition import train_subset
 from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
-from eoscale.sensors import DEFAULT_SENSOR
+from eoscale.sensors import recorded_sensor
 
 
 class TileDataModule(LightningDataModule):
@@ -155,8 +155,9 @@ class TileDataModule(LightningDataModule):
 
     @property
     def sensor(self) -> str:
-        """The sensor of the store's bands (`eoscale.sensors`); a store from before it was recorded: Sentinel-2."""
-        return str(self.attrs.get(schema.ATTR_SENSOR) or DEFAULT_SENSOR)
+        """The sensor of the store's bands (`eoscale.sensors`); a store from before it was recorded: Sentinel-2
+        (`recorded_sensor`)."""
+        return recorded_sensor(self.attrs.get(schema.ATTR_SENSOR), self.attrs[schema.ATTR_BANDS])
 
     @property
     def band_names(self) -> list[str]:

@@ -10,8 +10,8 @@ from eoscale.cli import main
 from eoscale.synth import synthesize
 from tests.checkpoints import make_checkpoint
 from tests.infer.test_bad_input import _args, _fails
-from tests.products import safe_product, write_landsat_folder
-from tests.rasters import read_map
+from tests.products import safe_product, write_landsat_folder, write_rgb
+from tests.rasters import read_map, write_scene
 
 
 def test_predict_maps_safe_products_of_both_baselines_alike(checkpoint, tmp_path):
@@ -41,3 +41,14 @@ def test_sentinel2_model_refuses_landsat_bands_unless_mapped(tmp_path, capsys):
     assert main(["predict", *_args(four, landsat, tmp_path / "out"), "--band-map",
                  "SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A"]) == 0
     assert read_map(tmp_path / "out" / f"{landsat.name}_landcover.tif").shape == (48, 48)
+
+
+def test_generic_rgbn_model_maps_rgbn_scenes_and_refuses_sentinel2_ones(tmp_path, capsys):
+    rgbn = write_rgb(tmp_path / "aerial.tif", size=48, nir=True)
+    model = make_checkpoint(tmp_path / "rgbn.ckpt", bands=("RED", "GREEN", "BLUE", "NIR"))
+    assert main(["predict", *_args(model, rgbn, tmp_path / "out"), "--band-names", "red,green,blue,nir"]) == 0
+    assert read_map(tmp_path / "out" / "aerial_landcover.tif").shape == (48, 48)
+    capsys.readouterr()
+    s2 = tmp_path / "s2.tif"
+    write_scene(s2, height=40, width=40, band_names=["B04", "B03", "B02", "B08"])
+    _fails(capsys, _args(model, s2, tmp_path / "out2"), "Sentinel-2 MSI bands", "generic RGB/RGBN camera", "--band-map")

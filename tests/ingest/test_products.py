@@ -16,7 +16,13 @@ from eoscale.cli import main
 from eoscale.raster.safe import SCL_NODATA_CLASSES
 from eoscale.synth.safe import CLOUD_BOX
 from tests.ingest.test_bad_input import assert_one_line_error
-from tests.products import copy_product, safe_product, write_cluttered_band_folder, write_landsat_folder
+from tests.products import (
+    copy_product,
+    safe_product,
+    write_cluttered_band_folder,
+    write_landsat_folder,
+    write_rgb,
+)
 
 SIZE = 96
 
@@ -155,3 +161,12 @@ def test_mixed_sensors_need_a_band_map(safe_sets, tmp_path, capsys):
     attrs = zarr.open_group(tmp_path / "s.zarr", mode="r").attrs
     assert attrs[schema.ATTR_SENSOR] == "sentinel-2" and attrs[schema.ATTR_BANDS] == ["B02", "B03", "B04", "B8A"]
     assert attrs[schema.ATTR_SCENES][1]["band_map"] == {"SR_B2": "B02", "SR_B3": "B03", "SR_B4": "B04", "SR_B5": "B8A"}
+
+
+def test_generic_rgb_named_by_colour_interpretation(tmp_path, capsys):
+    rgb = write_rgb(tmp_path / "aerial.tif")
+    code, err = ingest(capsys, tmp_path / "rgb.zarr", [rgb])
+    assert code == 0, err
+    attrs = zarr.open_group(tmp_path / "rgb.zarr", mode="r").attrs
+    assert attrs[schema.ATTR_SENSOR] == "generic" and attrs[schema.ATTR_BANDS] == ["RED", "GREEN", "BLUE"]
+    assert attrs[schema.ATTR_WAVELENGTHS] == [None, None, None]  # a camera's response is not known

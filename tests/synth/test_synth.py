@@ -230,3 +230,29 @@ def test_cli_writes_a_set_and_refuses_to_overwrite(tmp_path, capsys):
     assert result.layout == "perband" and len(result.scene_paths[0]) == 10
     assert main(["synth", "--output", str(out), "--size", "96x80"]) == 2
     assert "--overwrite" in capsys.readouterr().err
+
+
+def test_cli_safe_layout_writes_a_sentinel2_l2a_product(tmp_path, capsys):
+    assert main(["synth", str(tmp_path / "old"), "--layout", "safe", "--baseline", "03.01", "--scenes", "1",
+                 "--size", "64", "--nodata-fraction", "0"]) == 0
+    (product,) = (tmp_path / "old" / "scenes").glob("S2A_MSIL2A_*_N0301_*.SAFE")
+    mtd = (product / "MTD_MSIL2A.xml").read_text()
+    assert "<PROCESSING_BASELINE>03.01</PROCESSING_BASELINE>" in mtd and "BOA_ADD_OFFSET" not in mtd
+    assert "<BOA_QUANTIFICATION_VALUE unit=\"none\">10000</BOA_QUANTIFICATION_VALUE>" in mtd
+    (img,) = (product / "GRANULE").glob("*/IMG_DATA")
+    with rasterio.open(next((img / "R10m").glob("*_B02_10m.jp2"))) as src:
+        assert src.driver == "JP2OpenJPEG" and src.res == (10.0, 10.0) and src.crs.to_epsg() == 32632
+        old_b02 = src.read(1)
+    with rasterio.open(next((img / "R20m").glob("*_SCL_20m.jp2"))) as src:
+        assert src.res == (20.0, 20.0) and src.dtypes == ("uint8",)
+        assert set(np.unique(src.read(1))) <= {4, 5, 6, 8, 9}
+    assert main(["synth", str(tmp_path / "new"), "--layout", "safe", "--scenes", "1", "--size", "64",
+                 "--nodata-fraction", "0"]) == 0  # default: baseline 05.10, with BOA_ADD_OFFSET -1000
+    (product,) = (tmp_path / "new" / "scenes").glob("*_N0510_*.SAFE")
+    assert '<BOA_ADD_OFFSET band_id="8">-1000</BOA_ADD_OFFSET>' in (product / "MTD_MSIL2A.xml").read_text()
+    with rasterio.open(next(product.glob("GRANULE/*/IMG_DATA/R10m/*_B02_10m.jp2"))) as src:
+        np.testing.assert_array_equal(src.read(1), old_b02 + 1000)
+    capsys.readouterr()
+    assert main(["synth", str(tmp_path / "bad"), "--layout", "safe", "--baseline", "5.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NN.NN" in err[0] and not (tmp_path / "bad").exists(), err
