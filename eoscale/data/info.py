@@ -9,6 +9,7 @@ import numpy as np
 
 from eoscale import schema
 from eoscale.errors import IncompleteStoreError
+from eoscale.sensors import get_sensor, recorded_sensor
 
 
 def describe(path: str) -> dict:
@@ -29,6 +30,7 @@ def describe(path: str) -> dict:
         "tile_size": attrs[schema.ATTR_TILE_SIZE],
         "shard_tiles": attrs[schema.ATTR_SHARD_TILES],
         "shards": -(-int(ds.sizes[schema.TILE]) // attrs[schema.ATTR_SHARD_TILES]),
+        "sensor": recorded_sensor(attrs.get(schema.ATTR_SENSOR), attrs[schema.ATTR_BANDS]),
         "bands": attrs[schema.ATTR_BANDS],
         "wavelengths_nm": attrs[schema.ATTR_WAVELENGTHS],
         "statistics": attrs[schema.ATTR_STATISTICS],
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         f"in {info['shards']} shards of {info['shard_tiles']}, {info['bytes_on_disk'] / 1e6:.1f} MB on disk; "
         f"{len(info['scenes'])} scenes ({crs_names})"
     )
-    bands = Table(title="bands (statistics over valid pixels)")
+    bands = Table(title=f"{get_sensor(info['sensor']).title} bands (statistics over valid pixels)")
     for col in ("band", "nm", "mean", "std", "p02", "p98"):
         bands.add_column(col, justify="right")
     stats = info["statistics"]

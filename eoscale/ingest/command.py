@@ -16,6 +16,16 @@ def _names(text: str) -> list[str]:
     return [n.strip() for n in text.split(",") if n.strip()]
 
 
+def _classes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(0 <= v <= 11 for v in values):
+        raise argparse.ArgumentTypeError(f"expected SCL classes 0-11 separated by commas, like 0,1,3,8,9,10, got {text!r}")
+    return values
+
+
 def _fractions(text: str) -> tuple[float, float, float]:
     try:
         values = tuple(float(v) for v in text.split(","))
@@ -53,6 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="take one sensor's bands as another's (scene band=store band, e.g. "
                              "SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A for Landsat scenes beside Sentinel-2 ones); "
                              "only the mapped bands are kept")
+    parser.add_argument("--scl-classes", type=_classes, metavar="0,1,3,…",
+                        help="Sentinel-2 SAFE products: the scene classes (SCL) that make a pixel nodata (default: "
+                             "0,1,3,8,9,10: no data, saturated, cloud shadow, cloud medium/high probability, cirrus)")
     parser.add_argument("--tile-size", type=int, default=64, help="tile edge in pixels (default: %(default)s)")
     parser.add_argument("--stride", type=int, help="pixels between tile origins (default: the tile size, no overlap)")
     parser.add_argument("--shard-tiles", type=int, default=256, help="tiles per shard file (default: %(default)s)")
@@ -108,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
         summary = ingest(
             args.scenes, args.output, labels=args.labels, classes=args.classes, bands=args.bands,
-            band_names=args.band_names, band_map=parse_band_map(args.band_map), tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
+            band_names=args.band_names, band_map=parse_band_map(args.band_map),
+            scl_classes=args.scl_classes, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,

@@ -83,6 +83,7 @@ def ingest(
     bands: list[str] | None = None,
     band_names: list[str] | None = None,
     band_map: dict[str, str] | None = None,
+    scl_classes: tuple[int, ...] | None = None,
     tile_size: int = 64,
     stride: int | None = None,
     shard_tiles: int = 256,
@@ -109,7 +110,7 @@ def ingest(
         raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
     check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
-    scene_list = open_scenes(scenes, bands=bands, band_names=band_names, band_map=band_map)
+    scene_list = open_scenes(scenes, bands=bands, band_names=band_names, band_map=band_map, scl_classes=scl_classes)
     label_rasters = describe_label_rasters(expand_paths(labels, what="label raster")) if labels else []
     scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in scene_list]
     for scene in scene_list:
@@ -120,6 +121,7 @@ def ingest(
             )
     parameters = {
         "bands": scene_list[0].band_names, "sensor": scene_list[0].sensor, "band_map": dict(band_map or {}),
+        "scl_classes": list(scl_classes) if scl_classes is not None else None,
         "tile_size": tile_size, "stride": stride, "shard_tiles": shard_tiles,
         "min_valid": min_valid, "split": list(split), "split_block": split_block, "seed": seed, "codec": codec,
         "level": level, "classes": class_table.to_records(),

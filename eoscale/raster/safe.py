@@ -107,8 +107,9 @@ def _band_files(product: Path) -> tuple[dict[str, tuple[int, Path]], dict[int, P
     return bands, scl
 
 
-def open_safe(path: str, *, bands: list[str] | None = None) -> Scene:
-    """The SAFE product at `path` as a scene of `bands` (default: the sensor's 10 land bands, B02…B12 without B09)."""
+def open_safe(path: str, *, bands: list[str] | None = None, scl_classes: tuple[int, ...] | None = None) -> Scene:
+    """The SAFE product at `path` as a scene of `bands` (default: the sensor's 10 land bands, B02…B12 without B09),
+    its SCL classes `scl_classes` (default `SCL_NODATA_CLASSES`) masked."""
     product = Path(path)
     meta = read_metadata(product / MTD_FILE)
     baseline = _baseline(meta["processing_baseline"], product / MTD_FILE)
@@ -162,5 +163,5 @@ def open_safe(path: str, *, bands: list[str] | None = None) -> Scene:
         sensor=SENTINEL2,
         platform=(meta["spacecraft"] or "").lower() or None,
         radiometry=radiometry,
-        class_mask=ClassMask("SCL", str(scl_file), SCL_NODATA_CLASSES),
+        class_mask=ClassMask("SCL", str(scl_file), SCL_NODATA_CLASSES if scl_classes is None else tuple(scl_classes)),
     )

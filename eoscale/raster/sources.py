@@ -173,13 +173,14 @@ def scene_paths(patterns: list[str]) -> list[str]:
     return [q for p in expand_paths(patterns, what="scene") for q in (products_in(p) or [p])]
 
 
-def open_scene(path: str, *, band_names: list[str] | None = None, bands: list[str] | None = None) -> Scene:
+def open_scene(path: str, *, band_names: list[str] | None = None, bands: list[str] | None = None,
+               scl_classes: tuple[int, ...] | None = None) -> Scene:
     """Describe the scene at `path` (a multi-band file, a directory of one file per band, or a SAFE product, of
-    which `bands` are taken: default, the sensor's usual set)."""
+    which `bands` are taken, default the sensor's usual set, and whose SCL `scl_classes` are masked)."""
     from eoscale.raster.safe import is_safe, open_safe
 
     if is_safe(path):
-        return open_safe(path, bands=[normalise_band_name(b) for b in bands] if bands else None)
+        return open_safe(path, bands=[normalise_band_name(b) for b in bands] if bands else None, scl_classes=scl_classes)
     if os.path.isdir(path):
         return _open_band_directory(path)
     with open_raster(path) as src:
@@ -325,11 +326,11 @@ def check_one_sensor(scenes: list[Scene]) -> None:
 
 
 def open_scenes(patterns: list[str], *, bands: list[str] | None = None, band_names: list[str] | None = None,
-                band_map: dict[str, str] | None = None) -> list[Scene]:
+                band_map: dict[str, str] | None = None, scl_classes: tuple[int, ...] | None = None) -> list[Scene]:
     """All scenes named by `patterns`, renamed by `band_map`, checked to hold one sensor's bands and to share one
     band set (the `bands` subset when given)."""
     wanted = None if band_map else bands  # a product's bands to take; under a band map, --bands are the new names
-    scenes = [map_scene_bands(open_scene(p, band_names=band_names, bands=wanted), band_map or {})
+    scenes = [map_scene_bands(open_scene(p, band_names=band_names, bands=wanted, scl_classes=scl_classes), band_map or {})
               for p in scene_paths(patterns)]
     check_one_sensor(scenes)
     scenes = [select_scene_bands(s, bands) for s in scenes]

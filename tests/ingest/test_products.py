@@ -101,6 +101,15 @@ def test_safe_bands_land_on_the_reflectance_scale_and_scl_clouds_are_nodata(safe
         assert int(src.read(1)[raw != 0].min()) > 1000  # the 05.10 product's DNs do carry the offset
 
 
+def test_scl_classes_are_configurable(safe_sets, tmp_path, capsys):
+    """Without class 8 (cloud medium probability) the synthetic cloud tops stay in the store, bright."""
+    code, err = ingest(capsys, tmp_path / "s.zarr", [safe_product(safe_sets / "05.10")], "--scl-classes", "0,1,3,9,10")
+    assert code == 0, err
+    group = zarr.open_group(tmp_path / "s.zarr", mode="r")
+    assert group.attrs[schema.ATTR_SCENES][0]["mask"]["nodata_classes"] == [0, 1, 3, 9, 10]
+    assert (group[schema.IMAGES][:, 0] == 5500).sum() > 100  # CLOUD_DN, the offset removed
+
+
 def test_landsat_band_folder_is_never_taken_for_sentinel2(tmp_path, capsys):
     folder = write_landsat_folder(tmp_path / "LC09_L2SP_196025_20230612")
     code, err = ingest(capsys, tmp_path / "ls.zarr", [folder])
@@ -112,6 +121,10 @@ def test_landsat_band_folder_is_never_taken_for_sentinel2(tmp_path, capsys):
     # QA_PIXEL and ST_B10 are not surface-reflectance bands: skipped and said once
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "QA_PIXEL" in warnings[0] and "ST_B10" in warnings[0], err
+    assert main(["info", str(tmp_path / "ls.zarr"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sensor"] == "landsat-oli"
+    assert main(["info", str(tmp_path / "ls.zarr")]) == 0
+    assert "Landsat 8/9 OLI bands" in capsys.readouterr().out
 
 
 def test_band_folder_with_files_that_are_not_bands_ingests(tmp_path, capsys):
