@@ -87,21 +87,25 @@ def step_seconds(store: str, work: Path, *, batch: int, workers: int, steps: int
     return timed["seconds"] / max(timed["steps_timed"], 1)
 
 
-def fit_resnet(store: str, work: Path, *, minutes: float, batch: int, workers: int) -> dict:
+def fit_resnet(store: str, work: Path, *, minutes: float, batch: int, workers: int, calibration_steps: int = 40,
+               validate_every: int = 100) -> dict:
     """Train for `minutes`. The LR schedule (warm-up, cosine to 0) must end when the budget does, so the step
-    count is set from a short calibration run's step time, less 10 % for validation and start-up; `max_time`
-    still stops the run at the budget if the machine slows down."""
-    seconds_per_step = step_seconds(store, work, batch=batch, workers=workers)
-    steps = max(100, int(0.9 * minutes * 60 / seconds_per_step) // 100 * 100)  # validated at the last step too
+    count is set from a short calibration run's step time (`calibration_steps`), less 10 % for validation and
+    start-up, in whole `validate_every` steps; `max_time` still stops the run at the budget if the machine
+    slows down."""
+    seconds_per_step = step_seconds(store, work, batch=batch, workers=workers, steps=calibration_steps)
+    every = validate_every
+    steps = max(every, int(0.9 * minutes * 60 / seconds_per_step) // every * every)  # validated at the last step too
     argv = _fit_argv(store, work / "fit", batch=batch, workers=workers, steps=steps)
     argv += ["--trainer.max_time", time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60)),
-             "--trainer.val_check_interval", "100", "--trainer.log_every_n_steps", "10"]
+             "--trainer.val_check_interval", str(every), "--trainer.log_every_n_steps", str(min(10, every))]
     started = time.perf_counter()
     _run_fit(argv)
     rows = [row for path in (work / "fit").rglob("metrics.csv") for row in csv.DictReader(path.open())]
     history = _series(rows, "val_miou")
     return {"model": "resnet18 + FPN (configs/resnet18_seg.yaml)", "minutes": minutes,
-            "seconds_per_step_calibrated": seconds_per_step, "max_steps": steps,
+            "seconds_per_step_calibrated": seconds_per_step, "calibration_steps": calibration_steps,
+            "max_steps": steps, "validate_every": every,
             "wall_seconds": time.perf_counter() - started, "val_miou_history": history,
             "val_miou": history[-1][1] if history else None, "best_val_miou": max((v for _, v in history), default=None)}
 
@@ -117,6 +121,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--workers", type=int, default=1, help="DataLoader workers (default: 1)")
     parser.add_argument("--pixels", type=int, default=200_000, help="training pixels of the baseline (default: 200,000)")
+    parser.add_argument("--calibration-steps", type=int, default=40,
+                        help="steps of the fit that times a step (the first 5 are warm-up), to size the budgeted fit "
+                        "(default: 40)")
+    parser.add_argument("--validate-every", type=int, default=100,
+                        help="validate every N steps; the fit runs a whole number of them (default: 100)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,12 +133,21 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.data import read_store_attrs
 
     read_store_attrs(args.store)
+    from eoscale.bench.train import WARMUP_STEPS
+
+    if args.calibration_steps <= WARMUP_STEPS or args.validate_every < 1 or args.minutes <= 0:
+        from eoscale.errors import InputError
+
+        raise InputError(f"need --minutes > 0, --calibration-steps > {WARMUP_STEPS} (its first {WARMUP_STEPS} are not "
+                         f"timed) and --validate-every >= 1; got {args.minutes:g}, {args.calibration_steps} and "
+                         f"{args.validate_every}")
     print(f"per-pixel baseline (random forest on {args.pixels} training pixels) …")
     baseline = pixel_baseline(args.store, samples=args.pixels, seed=0)
     print(f"  val mIoU {baseline['val_miou']:.3f}, accuracy {baseline['val_accuracy']:.3f}")
     print(f"eoscale fit resnet18 for {args.minutes:g} min …")
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-learning-") as tmp:
-        network = fit_resnet(args.store, Path(tmp), minutes=args.minutes, batch=args.batch_size, workers=args.workers)
+        network = fit_resnet(args.store, Path(tmp), minutes=args.minutes, batch=args.batch_size, workers=args.workers,
+                             calibration_steps=args.calibration_steps, validate_every=args.validate_every)
     print(f"  val mIoU {network['val_miou']}, best {network['best_val_miou']}")
     figures = {"store": os.path.abspath(args.store), "baseline": baseline, "resnet18": network,
                "miou_gain_over_pixel_baseline": (network["best_val_miou"] or 0) - baseline["val_miou"]}
