@@ -2,7 +2,7 @@
 # Install eoscale and its test tools into .venv (Python 3.11, pip; torch 2.14.1 + torchvision 0.29.1 come from
 # this machine's local wheel store). Reruns are cheap: the venv is reused while pyproject.toml is unchanged.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(realpath "$0")")/.."   # the repository holding this script (not a copy linking to it)
 PYTHON=${PYTHON:-python3.11}
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 # GDAL's command-line tools (gdalinfo) check the COG maps in the tests; Debian's gdal-bin
@@ -19,7 +19,8 @@ fi
 echo "setup: installing eoscale into .venv (first time: a few minutes)"
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
-.venv/bin/python -m pip install -q -e '.[dev]'
+# DeepSpeed (configs/strategy/zero*.yaml) builds none of its ops at install: they would need CUDA and minutes
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -e '.[dev]'
 # eoscale serve: PyTriton (bundles tritonserver) without its numpy<2 pin, see eoscale/serve/numpy2.py
 .venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0'
 # Holistic Trace Analysis (--profile summaries): without its declared jupyterlab, which only its notebooks need

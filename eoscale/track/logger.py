@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import logging
 import os
 import time
 import uuid
@@ -39,6 +40,22 @@ HTTP_TIMEOUT = "20"
 
 
 LOCKED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries while SQLite says "database is locked"
+
+
+class _DropCreating(logging.Filter):
+    """Lightning's "Experiment with name … not found. Creating it.": eoscale makes its experiments on purpose."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not found. Creating it." not in str(record.getMessage())
+
+
+def _quiet_store_creation() -> None:
+    """What a first run in a new store printed: MLflow's INFO lines about creating its tables (its own handler,
+    so they reached the user's terminal) and Lightning's experiment line (idempotent)."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    target = logging.getLogger("lightning.pytorch.loggers.mlflow")
+    if not any(isinstance(f, _DropCreating) for f in target.filters):
+        target.addFilter(_DropCreating())
 
 
 LAUNCHER_ENV = "EOSCALE_LAUNCHER"  # set by a launcher eoscale cannot see from the environment (Ray: "ray")
@@ -116,6 +133,7 @@ class MLflowLogger(MLFlowLogger):
         run_id: str | None = None,
         local_metrics: bool = True,
     ) -> None:
+        _quiet_store_creation()
         self._run_root = Path(root_dir or ".").resolve()
         uri = tracking_uri or default_tracking_uri(self._run_root)
         artifacts = None
