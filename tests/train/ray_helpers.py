@@ -1,5 +1,5 @@
-"""Callbacks the Ray launcher tests add on the command line: a worker that SIGKILLs itself once, and a log of
-the tiles each rank trained on."""
+"""Callbacks the Ray launcher tests add on the command line (a worker that SIGKILLs itself once, a log of the
+tiles each rank trained on) and what those tests read back."""
 
 from __future__ import annotations
 
@@ -46,3 +46,20 @@ class TileLog(Callback):
     def _write(self, trainer) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         (self.folder / f"tiles{trainer.global_rank}.json").write_text(json.dumps(self.epochs))
+
+
+def per_rank(store: Path, world: int, batch: int) -> tuple[int, int, int]:
+    """(first, end) of the store's training tiles and the tiles a rank gets an epoch (eoscale.data.partition)."""
+    from eoscale.data import read_store_attrs
+
+    start, stop = read_store_attrs(store)["splits"]["train"]
+    tiles = (stop - start) // world
+    return start, stop, tiles - (1 if tiles % batch == 1 and tiles > batch else 0)
+
+
+def rank_reports(folder: Path, world: int) -> dict:
+    """What `tests.train.helpers.RankReport` wrote in `folder`: {"<r>": at the end, "start<r>": at the start}."""
+    import torch
+
+    return {f"{tag}{r}": torch.load(folder / f"{tag}rank{r}.pt", weights_only=True) for r in range(world)
+            for tag in ("", "start")}
