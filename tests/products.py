@@ -29,8 +29,8 @@ def copy_product(product: Path, folder: Path) -> Path:
 
 def write_landsat_folder(folder: Path, *, size: int = 64, seed: int = 0,
                          origin: tuple[float, float] = (310_000.0, 5_650_000.0)) -> Path:
-    """A Landsat 9 C2 L2 scene folder as USGS ships it: SR_B1..SR_B7 (30 m, uint16, no descriptions), QA_PIXEL,
-    ST_B10, the MTL text and a thumbnail."""
+    """A Landsat 9 C2 L2 scene folder as USGS ships it: SR_B1..SR_B7 (30 m, uint16, no descriptions), QA_PIXEL (its
+    top-left sixteenth flagged cloud), ST_B10, the MTL text (scale 2.75e-5, offset -0.2) and a thumbnail."""
     folder.mkdir(parents=True)
     rng = np.random.default_rng(seed)
     profile = dict(driver="GTiff", height=size, width=size, count=1, crs="EPSG:32632", nodata=0,
@@ -38,10 +38,16 @@ def write_landsat_folder(folder: Path, *, size: int = 64, seed: int = 0,
     for band in range(1, 8):
         with rasterio.open(folder / f"{LANDSAT_ID}_SR_B{band}.TIF", "w", dtype="uint16", **profile) as dst:
             dst.write((7273 + 400 * band + rng.integers(0, 2000, (size, size))).astype(np.uint16), 1)
-    for name in ("QA_PIXEL", "ST_B10"):
+    qa = np.full((size, size), 21824, np.uint16)  # clear, low confidences (USGS's value for clear land)
+    qa[: size // 4, : size // 4] = 22280  # bit 3 set: cloud
+    for name, pixels in (("QA_PIXEL", qa), ("ST_B10", np.full((size, size), 44000, np.uint16))):
         with rasterio.open(folder / f"{LANDSAT_ID}_{name}.TIF", "w", dtype="uint16", **profile) as dst:
-            dst.write(np.full((size, size), 21824, np.uint16), 1)
-    (folder / f"{LANDSAT_ID}_MTL.txt").write_text("GROUP = LANDSAT_METADATA_FILE\nEND_GROUP = LANDSAT_METADATA_FILE\nEND\n")
+            dst.write(pixels, 1)
+    factors = "".join(f"    REFLECTANCE_MULT_BAND_{n} = 2.75E-05\n    REFLECTANCE_ADD_BAND_{n} = -0.200000\n"
+                      for n in range(1, 8))
+    (folder / f"{LANDSAT_ID}_MTL.txt").write_text(
+        "GROUP = LANDSAT_METADATA_FILE\n  GROUP = LEVEL2_SURFACE_REFLECTANCE_PARAMETERS\n" + factors
+        + "  END_GROUP = LEVEL2_SURFACE_REFLECTANCE_PARAMETERS\nEND_GROUP = LANDSAT_METADATA_FILE\nEND\n")
     (folder / f"{LANDSAT_ID}_thumb_small.jpeg").write_bytes(b"\xff\xd8\xff\xd9")
     return folder
 

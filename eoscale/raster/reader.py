@@ -146,7 +146,7 @@ class SceneReader:
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise InputError(f"{self.scene.class_mask.path!r} could not be read ({message}): the file is damaged or "
                              f"truncated") from None
-        return np.isin(classes, self.scene.class_mask.classes)
+        return self.scene.class_mask.masked(classes)
 
     def read_masked(self, row_off: int, col_off: int, height: int, width: int) -> MaskedWindow:
         """The window's pixels of every band and where they hold no data (see the module docstring)."""
@@ -192,7 +192,9 @@ class SceneReader:
         """How this scene says where it holds no data, in words for `eoscale info`."""
         parts = [f"mask band of {len(self._mask_paths)} file(s)"] if self._mask_paths else []
         if self.scene.class_mask is not None:
-            parts.append(f"{self.scene.class_mask.name} classes {','.join(map(str, self.scene.class_mask.classes))}")
+            mask = self.scene.class_mask
+            parts.append(f"{mask.name} bits {mask.bits:#b}" if mask.bits else
+                         f"{mask.name} classes {','.join(map(str, mask.classes))}")
         values = sorted(set(self._nodata.values()))
         if values:
             parts.append(f"nodata {', '.join(f'{v:g}' for v in values)} in every band")

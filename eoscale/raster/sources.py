@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
 import rasterio
 from affine import Affine
 from rasterio.crs import CRS
@@ -29,6 +30,7 @@ from eoscale.bands import normalise_band_name
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.sensors import (
     DEFAULT_SENSOR,
+    LANDSAT_OLI,
     band_in_file_name,
     band_of_description,
     get_sensor,
@@ -56,12 +58,19 @@ class BandFile:
 
 @dataclass(frozen=True)
 class ClassMask:
-    """A classification layer whose `classes` make a pixel nodata (Sentinel-2's SCL), resampled by nearest neighbour."""
+    """A classification layer whose `classes` make a pixel nodata (Sentinel-2's SCL), or whose set `bits` do (Landsat's
+    QA_PIXEL), resampled by nearest neighbour."""
 
     name: str
     path: str
     classes: tuple[int, ...]
     index: int = 1
+    bits: int = 0
+
+    def masked(self, values: np.ndarray) -> np.ndarray:
+        if self.bits:
+            return (values & self.bits) != 0
+        return np.isin(values, self.classes)
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,9 @@ class Scene:
             "platform": self.platform,
             **({"radiometry": self.radiometry} if self.radiometry else {}),
             **({"mask": {"layer": self.class_mask.name, "path": self.class_mask.path,
-                         "nodata_classes": list(self.class_mask.classes)}} if self.class_mask else {}),
+                         "nodata_classes": list(self.class_mask.classes),
+                         **({"nodata_bits": self.class_mask.bits} if self.class_mask.bits else {})}}
+               if self.class_mask else {}),
             **({"band_map": dict(self.band_map)} if self.band_map else {}),
         }
 
@@ -268,6 +279,11 @@ def _open_band_directory(path: str) -> Scene:
     # bands in the sensor's order (by wavelength), other bands after them in file-name order
     bands.sort(key=lambda band: sensor.order(band.name))
     crs, transform, width, height, nodata = grids[finest[1]]
+    radiometry, class_mask, used = None, None, []
+    if sensor.name == LANDSAT_OLI:
+        from eoscale.raster.landsat import calibrate
+
+        bands, radiometry, class_mask, used = calibrate(path, bands, skipped)
     return Scene(
         id=Path(path).name,
         bands=tuple(bands),
@@ -276,9 +292,11 @@ def _open_band_directory(path: str) -> Scene:
         width=width,
         height=height,
         nodata=nodata,
-        paths=tuple(b.path for b in bands),
+        paths=tuple(b.path for b in bands) + tuple(used),
         sensor=sensor.name,
-        skipped=tuple(skipped),
+        radiometry=radiometry,
+        class_mask=class_mask,
+        skipped=tuple(p for p in skipped if p not in used),
     )
 
 

@@ -118,9 +118,21 @@ def test_landsat_band_folder_is_never_taken_for_sentinel2(tmp_path, capsys):
     assert attrs[schema.ATTR_SENSOR] == "landsat-oli"
     assert attrs[schema.ATTR_BANDS] == [f"SR_B{i}" for i in range(1, 8)]  # not B01..B07: SR_B5 is not Sentinel-2's B05
     assert attrs[schema.ATTR_WAVELENGTHS][4] == pytest.approx(864.6)
-    # QA_PIXEL and ST_B10 are not surface-reflectance bands: skipped and said once
+    # ST_B10 (surface temperature) and the thumbnail hold no band: skipped and said once; QA_PIXEL is the mask
     warnings = [line for line in err.splitlines() if "warning" in line]
-    assert len(warnings) == 1 and "QA_PIXEL" in warnings[0] and "ST_B10" in warnings[0], err
+    assert len(warnings) == 1 and "ST_B10" in warnings[0] and "thumb" in warnings[0], err
+    assert "QA_PIXEL" not in warnings[0]
+    scene = attrs[schema.ATTR_SCENES][0]
+    assert scene["mask"]["layer"] == "QA_PIXEL" and scene["mask"]["nodata_bits"] == 0b111111
+    assert scene["radiometry"]["reflectance_factors"]["SR_B5"] == {"mult": 2.75e-5, "add": -0.2}
+    # DN × 2.75e-5 - 0.2 as reflectance × 10,000; the pixels QA_PIXEL flags as cloud are nodata
+    with rasterio.open(next(folder.glob("*_SR_B5.TIF"))) as src:
+        raw = src.read(1).astype(np.float64)
+    group = zarr.open_group(tmp_path / "ls.zarr", mode="r")
+    images, rows, cols = group[schema.IMAGES][:], group[schema.ROW_OFF][:], group[schema.COL_OFF][:]
+    (first,) = np.flatnonzero((rows == 0) & (cols == 0))
+    assert (images[first, :, :16, :16] == 0).all()
+    np.testing.assert_array_equal(images[first, 4, 16:, 16:], np.rint(raw[16:32, 16:32] * 0.275 - 2000))
     assert main(["info", str(tmp_path / "ls.zarr"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sensor"] == "landsat-oli"
     assert main(["info", str(tmp_path / "ls.zarr")]) == 0
@@ -156,6 +168,14 @@ def test_mtd_without_offsets_for_baseline_04_and_later(safe_sets, tmp_path, caps
     mtd.write_text(text[:start] + text[stop + len("</BOA_ADD_OFFSET_VALUES_LIST>"):])
     code, err = ingest(capsys, tmp_path / "s.zarr", [product])
     assert_one_line_error(code, err, "MTD_MSIL2A.xml", "baseline 05.10", "no BOA_ADD_OFFSET")
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_landsat_folder_without_qa_pixel(tmp_path, capsys):
+    folder = write_landsat_folder(tmp_path / "LC09_L2SP_196025_20230612")
+    next(folder.glob("*_QA_PIXEL.TIF")).unlink()
+    code, err = ingest(capsys, tmp_path / "s.zarr", [folder])
+    assert_one_line_error(code, err, folder.name, "no QA_PIXEL file")
     assert not (tmp_path / "s.zarr").exists()
 
 
