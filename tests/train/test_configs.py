@@ -17,16 +17,28 @@ OVERLAYS = {CONFIGS / "quickstart" / "pretrain.yaml": CONFIGS / "mae_pretrain.ya
             CONFIGS / "quickstart" / "lora.yaml": CONFIGS / "lora_finetune.yaml"}
 
 
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """One working folder and MLflow store for the module: MLflow creates and migrates a new SQLite store in
+    ~2 s, which each instantiation here paid when each ran in its own folder (issue 13: suite time)."""
+    return tmp_path_factory.mktemp("configs")
+
+
+@pytest.fixture(autouse=True)
+def _shared_store(workdir: Path, monkeypatch):
+    monkeypatch.chdir(workdir)  # relative stores (the quick start's overlays name one) are made once too
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{workdir / 'mlflow.db'}")
+
+
 def test_every_config_is_covered():
     assert {p.name for p in MODEL_CONFIGS} >= {"smoke.yaml", "resnet18_seg.yaml", "vit_s16_seg.yaml"}
     assert {p.name for p in FRAGMENTS} >= {"ddp.yaml", "fsdp.yaml"}
     assert set(CONFIGS.rglob("*.yaml")) == set(MODEL_CONFIGS) | set(FRAGMENTS) | set(OVERLAYS) | OPTIONS
 
 
-def test_the_profile_fragment_is_the_profile_flag(store: Path, tmp_path: Path, monkeypatch):
+def test_the_profile_fragment_is_the_profile_flag(store: Path, tmp_path: Path):
     from eoscale.train.profiling import Profiling
 
-    monkeypatch.chdir(tmp_path)
     common = ["--config", str(CONFIGS / "smoke.yaml"), "--data.init_args.store", str(store),
               "--trainer.default_root_dir", str(tmp_path)]
     for extra in (["--config", str(CONFIGS / "profile.yaml")], ["--profile.enabled=true"]):
@@ -36,8 +48,7 @@ def test_the_profile_fragment_is_the_profile_flag(store: Path, tmp_path: Path, m
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS), ids=lambda p: f"quickstart-{p.stem}")
-def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path):
     cli = EoscaleCLI(args=["--config", str(OVERLAYS[overlay]), "--config", str(overlay), "--data.init_args.store",
                            str(store), "--trainer.default_root_dir", str(tmp_path)], run=False)
     assert cli.model.hparams.backbone == "vit_tiny_patch16_224"
@@ -46,8 +57,7 @@ def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path
 
 @pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.stem if p else "single")
 @pytest.mark.parametrize("config", MODEL_CONFIGS, ids=lambda p: p.stem)
-def test_config_parses(config: Path, fragment: Path | None, store: Path, tmp_path: Path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
+def test_config_parses(config: Path, fragment: Path | None, store: Path, tmp_path: Path):
     args = ["--config", str(config)] + (["--config", str(fragment)] if fragment else [])
     cli = EoscaleCLI(args=[*args, "--data.init_args.store", str(store), "--trainer.default_root_dir", str(tmp_path)],
                      run=False)
