@@ -26,8 +26,16 @@ def _common(store: Path, root: Path) -> list[str]:
             "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false"]
 
 
+@pytest.fixture(scope="module")
+def shared_tracking_uri(tmp_path_factory) -> str:
+    """One MLflow store for the module's fast dev runs: a new SQLite store is created and migrated in ~2 s,
+    which each run paid in its own folder (issue 13: suite time); the logging itself is test_fit_logs_…'s."""
+    return f"sqlite:///{tmp_path_factory.mktemp('fast-dev-runs') / 'mlflow.db'}"
+
+
 @pytest.mark.parametrize("config", MODEL_CONFIGS, ids=lambda p: p.stem)
-def test_fast_dev_run(config: Path, store: Path, tmp_path: Path):
+def test_fast_dev_run(config: Path, store: Path, tmp_path: Path, shared_tracking_uri: str, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", shared_tracking_uri)
     # fine-tune configs name the MAE export of the quick start; a smoke run starts from scratch
     weights = ["--model.init_args.weights", "null"] if "weights:" in config.read_text() else []
     main(["fit", "--config", str(config), *_common(store, tmp_path), *weights, "--trainer.fast_dev_run", "true"])
