@@ -222,7 +222,8 @@ class MAETask(BaseTask):
         decay, no_decay = [], []
         for name, p in self.named_parameters():
             if p.requires_grad:
-                (no_decay if p.ndim <= 1 or name.endswith(("bias", "token", "pos_embed")) else decay).append(p)
+                ndim = len(getattr(p, "ds_shape", p.shape))  # a ZeRO-3 parameter is an empty placeholder: ds_shape
+                (no_decay if ndim <= 1 or name.endswith(("bias", "token", "pos_embed")) else decay).append(p)
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": h.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=h.lr, betas=(0.9, 0.95),

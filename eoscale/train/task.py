@@ -302,7 +302,9 @@ class SegmentationTask(BaseTask):
         decay, no_decay = [], []
         for name, p in self.named_parameters():
             if p.requires_grad:
-                (no_decay if p.ndim <= 1 or name.endswith(".bias") else decay).append(p)
+                # a ZeRO-3 parameter is an empty placeholder between uses: its own shape is `ds_shape`
+                ndim = len(getattr(p, "ds_shape", p.shape))
+                (no_decay if ndim <= 1 or name.endswith(".bias") else decay).append(p)
         optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": h.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=h.lr,

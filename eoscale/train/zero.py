@@ -1,0 +1,121 @@
+"""DeepSpeed ZeRO (stages 2 and 3, optionally with the optimizer offloaded to CPU) through Lightning's DeepSpeed strategy.
+
+ZeRO-2 shards the optimizer state and the gradients over the data-parallel ranks and keeps a full copy of the
+parameters on each; ZeRO-3 shards the parameters too and gathers each layer's for its forward and backward.
+Pick it with a config fragment (`configs/strategy/zero2.yaml`, `zero3.yaml`, `zero3_offload.yaml`)::
+
+    eoscale fit --config configs/vit_l16_seg.yaml --config configs/strategy/zero3.yaml --trainer.devices 4
+
+`ZeroStrategy` is Lightning's `DeepSpeedStrategy` with two changes:
+
+- it also runs on CPUs (gloo): Lightning refuses any accelerator but CUDA, though DeepSpeed itself runs ZeRO
+  over gloo on CPUs, which is how the tests run it;
+- the optimizer is the LightningModule's own torch optimizer (AdamW), never DeepSpeed's fused ones: those
+  are C++/CUDA ops that compile on first use (70-100 s each on these machines, and a compiler on every
+  node). Gradient clipping is the trainer's `gradient_clip_val` (DeepSpeed's own default is 1.0, DDP's none):
+  Lightning writes it into DeepSpeed's config, so the same config clips the same under DDP and ZeRO.
+
+Checkpoints are DeepSpeed's sharded folders (one file per rank); `eoscale consolidate` is the way to one file
+for FSDP only so far.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from contextlib import contextmanager
+from typing import Any
+
+from lightning.pytorch.accelerators import CUDAAccelerator
+from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
+
+from eoscale.errors import InputError
+
+# DeepSpeed compiles its C++/CUDA ops when first used unless they were built at install; with DS_BUILD_OPS=0
+# (scripts/setup.sh) none were, and eoscale uses none
+os.environ.setdefault("DS_BUILD_OPS", "0")
+
+
+class ZeroStrategy(DeepSpeedStrategy):
+    """Lightning's `DeepSpeedStrategy` that also runs on CPUs; every argument is Lightning's
+    (`stage`, `offload_optimizer`, `offload_parameters`, `reduce_bucket_size`, `allgather_bucket_size`, ...)."""
+
+    strategy_name = "eoscale_zero"
+
+    def setup_environment(self) -> None:
+        if self.zero_stage not in (1, 2, 3):
+            raise InputError(f"ZeRO stage={self.zero_stage!r} is not one of 1, 2, 3")
+        if isinstance(self.accelerator, CUDAAccelerator):
+            super().setup_environment()
+            return
+        # Lightning's DeepSpeedStrategy accepts CUDA only; the checks above it (DDP's) are all it needs on CPUs
+        DDPStrategy.setup_environment(self)
+
+    @contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        # Lightning builds the model inside deepspeed.zero.Init under ZeRO-3, which partitions each layer's
+        # parameters as soon as it exists: timm's weight init after construction, and eoscale's loading of
+        # fine-tuning weights, then write into empty placeholders (measured: another model than ZeRO-2's, from
+        # step 0). Built whole, as under every other strategy, DeepSpeed partitions it in `deepspeed.initialize`
+        # (a ViT-H is 2.5 GB in fp32: a model that fits no single GPU would need zero.Init back)
+        self._init_config_if_needed()
+        yield
+
+    def setup_distributed(self) -> None:
+        if isinstance(self.accelerator, CUDAAccelerator):
+            super().setup_distributed()
+            return
+        # the parent's check that device indices equal local ranks means GPUs; CPU devices have no index
+        from lightning.fabric.utilities.seed import reset_seed
+
+        reset_seed()
+        self.set_world_ranks()
+        # on CPUs DeepSpeed's communication backend compiles a shared-memory all-reduce (a C++ op, 30 s and a
+        # compiler on first use); gloo's own all-reduce does the same job, so the op is not built
+        import importlib
+
+        importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None  # (deepspeed.comm.torch is torch)
+        self._init_deepspeed_distributed()
+
+    @property
+    def zero_stage(self) -> int | None:
+        zero = (self.config or {}).get("zero_optimization")
+        return None if not zero else zero.get("stage")
+
+    def _get_process_group_backend(self) -> str:
+        # DeepSpeed's CPU accelerator asks for oneCCL, which is not installed: gloo, as DDP uses on CPUs
+        if self._process_group_backend is None and not isinstance(self.accelerator, CUDAAccelerator):
+            return "gloo"
+        return super()._get_process_group_backend()
+
+    def _setup_model_and_optimizer(self, model: Any, optimizer: Any, lr_scheduler: Any = None) -> tuple[Any, Any]:
+        if isinstance(self.accelerator, CUDAAccelerator):
+            return super()._setup_model_and_optimizer(model, optimizer, lr_scheduler)
+        import argparse
+
+        import deepspeed
+
+        # Lightning passes the device's index, which a CPU device lacks; DeepSpeed then compares None with 0
+        engine, zero_optimizer, _, _ = deepspeed.initialize(
+            args=argparse.Namespace(device_rank=self.local_rank), config=self.config, model=model,
+            model_parameters=[p for p in model.parameters() if p.requires_grad], optimizer=optimizer,
+            lr_scheduler=lr_scheduler, dist_init_required=False)
+        return engine, zero_optimizer
+
+    def _auto_select_batch_size(self) -> int:
+        # DeepSpeed logs throughput by it; eoscale's loader has no batch_sampler for Lightning to read it from
+        datamodule = getattr(self.lightning_module.trainer, "datamodule", None)
+        return int(getattr(datamodule, "batch_size", 0) or super()._auto_select_batch_size())
+
+    def _create_default_config(self, *args: Any, **kwargs: Any) -> dict:
+        config = super()._create_default_config(*args, **kwargs)
+        # offloading runs the LightningModule's torch optimizer on the CPU copy; DeepSpeed would insist on its
+        # DeepSpeedCPUAdam (a C++ op that compiles on first use)
+        config["zero_force_ds_cpu_optimizer"] = False
+        return config
+
+    def _initialize_deepspeed_train(self, model: Any) -> None:
+        if "optimizer" in (self.config or {}):
+            raise InputError("give the optimizer in the model's config (AdamW), not in the DeepSpeed config: "
+                             "DeepSpeed's own optimizers compile CUDA/C++ ops on first use")
+        super()._initialize_deepspeed_train(model)
