@@ -67,6 +67,10 @@ def test_config_parses(config: Path, fragment: Path | None, store: Path, tmp_pat
         from eoscale.train.fsdp import FSDP2Strategy
 
         assert isinstance(cli.trainer.strategy, FSDP2Strategy)
+    if fragment is not None and fragment.stem.startswith("zero"):
+        from eoscale.train.zero import ZeroStrategy
+
+        assert cli.trainer.strategy.zero_stage in (2, 3) and isinstance(cli.trainer.strategy, ZeroStrategy)
 
 
 def test_unknown_key_is_one_line(capsys):

@@ -1,0 +1,174 @@
+"""`eoscale plan`: which training strategy fits a config's model on the GPUs a user is about to book.
+
+    eoscale plan --config configs/vit_l16_seg.yaml --gpus-per-node 4 --gpu-memory 40GB --nodes 1,2,4,16
+
+For DDP, FSDP2, DeepSpeed ZeRO-2, ZeRO-3 and ZeRO-3 with the optimizer offloaded to the CPU, at each node count:
+the memory each GPU holds (parameters, gradients, optimizer state, activations at the config's per-device
+batch and tile, communication buffers), whether that fits, and the bytes each rank sends per step.
+
+The model comes from `eoscale.train.model_facts` (the config parsed as `fit` does, the network built on the
+meta device, saved activations measured). The state follows what each implementation keeps, with AdamW
+(two moments per trainable element, in the parameters' dtype):
+
+| strategy | parameters | gradients | optimizer |
+|---|---|---|---|
+| DDP | P·p | T·g | T·8 |
+| FSDP2 | P·p/W | T·g/W | T·8/W |
+| ZeRO-2 | P·d | T·d/W | T·(8+4)/W (an fp32 master partition, copied even in fp32) |
+| ZeRO-3 | P·d/W | T·d/W | T·(8+4)/W (the same master partition; measured in fp32 too) |
+| ZeRO-3 offload | P·d/W | T·d/W | 0 on the GPU (T·12/W in host memory) |
+
+P parameters, T of them trainable, W ranks; p = g = 4 (Lightning keeps fp32 parameters under `*-mixed`,
+autocast casts per op), 2 under `bf16-true`; d = DeepSpeed's parameter dtype (2 under bf16, 4 in fp32).
+Sent per step (ring algorithms: each collective sends (W-1)/W of its buffer): DDP all-reduces the
+gradients (2×); FSDP2 and ZeRO-3 gather the parameters twice (forward, backward) and reduce-scatter the
+gradients; ZeRO-2 reduce-scatters the gradients and gathers the updated parameters. `eoscale.train.state`
+measures the state of a running rank; the tests hold the two within 10 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+
+from eoscale.errors import InputError
+from eoscale.train.model_facts import ModelFacts
+
+STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3", "zero3_offload")
+LABELS = {"ddp": "DDP", "fsdp2": "FSDP2", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero3_offload": "ZeRO-3+offload"}
+ADAM = 8  # AdamW's two moments, fp32
+MASTER = 4  # an fp32 master copy
+HEADROOM = 0.9  # the share of a GPU's memory training may use (CUDA context, allocator fragmentation)
+BUCKET = 50_000_000  # ZeRO's reduce bucket, elements (configs/strategy/zero*.yaml)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Predicted bytes on one GPU of `world` ranks under `strategy`, and bytes it sends per step."""
+
+    strategy: str
+    world: int
+    params: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+    sent: float
+    host: float = 0.0  # bytes kept in the node's memory instead (offload)
+
+    @property
+    def state(self) -> float:
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.state + self.activations + self.buffers
+
+    def fits(self, gpu_memory: float) -> bool:
+        return self.total <= HEADROOM * gpu_memory
+
+
+def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "32-true",
+             bucket: int = BUCKET) -> Estimate:
+    """The memory and traffic of one rank of `world` training `facts`' model under `strategy`."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
+    P, T, W = facts.params, facts.trainable, world
+    half = precision.startswith(("bf16", "16"))
+    p = 2 if precision.endswith("-true") and half else 4  # Lightning's parameters (fp32 under autocast)
+    d = 2 if half else 4  # DeepSpeed converts the module to bf16/fp16 when asked for either
+    adam = ADAM // 2 if p == 2 else ADAM  # torch's AdamW keeps its moments in the parameters' dtype
+    ring = (W - 1) / W
+    act = facts.activations_fixed + facts.activations_per_sample * facts.batch_size
+    act = act / 2 if half else act  # saved tensors are bf16 under autocast (model_facts)
+    gathered = 2 * facts.largest_unit * (2 if half else p)  # the unit in use and the one prefetched
+    if strategy == "ddp":
+        return Estimate(strategy, W, P * p, T * p, T * adam, act, 0.0, 2 * ring * T * p)
+    if strategy == "fsdp2":
+        # eoscale.train.fsdp gathers bf16 parameters and reduces fp32 gradients under bf16 on GPUs
+        sent = ring * (2 * P * (2 if half else p) + T * 4)
+        return Estimate(strategy, W, P * p / W, T * p / W, T * adam / W, act, gathered if W > 1 else 0.0, sent)
+    if strategy == "zero2":
+        buffers = 2 * min(bucket, T) * d  # two reduce buckets (overlap_comm)
+        return Estimate(strategy, W, P * d, T * d / W, T * (ADAM + MASTER) / W, act, buffers, ring * (T * d + P * d))
+    buffers = min(bucket, T) * d + gathered
+    sent = ring * (2 * P * d + T * d)
+    if strategy == "zero3":
+        return Estimate(strategy, W, P * d / W, T * d / W, T * (ADAM + MASTER) / W, act, buffers, sent)
+    return Estimate(strategy, W, P * d / W, T * d / W, 0.0, act, buffers, sent, host=T * (ADAM + MASTER) / W)
+
+
+def parse_bytes(text: str) -> float:
+    """'40GB' -> 40e9, '80GiB' -> 80·2^30, '512MB' -> 512e6."""
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]i?B)\s*", text, flags=re.IGNORECASE)
+    if not match:
+        raise InputError(f"--gpu-memory {text!r} is not a size: give it as 40GB or 80GiB")
+    unit = match.group(2).upper()
+    base = 1024 if "I" in unit else 1000
+    return float(match.group(1)) * base ** ("KMGT".index(unit[0]) + 1)
+
+
+def parse_nodes(text: str) -> list[int]:
+    try:
+        nodes = [int(n) for n in text.split(",") if n.strip()]
+    except ValueError:
+        nodes = []
+    if not nodes or min(nodes) < 1:
+        raise InputError(f"--nodes {text!r} is not a list of node counts: give it as 1,2,4,16")
+    return nodes
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.2f}"
+
+
+def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory: float, precision: str) -> str:
+    """The plan as text: one row per node count and strategy."""
+    lines = [
+        f"{facts.name}: {facts.params / 1e6:.1f} M parameters ({facts.trainable / 1e6:.1f} M trainable), tile "
+        f"{facts.tile}, batch {facts.batch_size} per GPU, {precision}; {gpu_memory / 1e9:.0f} GB per GPU "
+        f"({HEADROOM:.0%} usable)",
+        f"activations: {facts.activations_per_sample / 1e6:.1f} MB per sample at fp32 (saved for the backward, "
+        "measured on the meta device at batch 1 and 2)",
+        "GB per GPU; sent = GB each rank sends per step",
+        "",
+        f"{'nodes':>5} {'GPUs':>5}  {'strategy':<15}{'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}"
+        f"{'total':>8}  {'fits':<5}{'sent':>8}",
+    ]
+    for n in nodes:
+        world = n * gpus_per_node
+        for strategy in STRATEGIES:
+            e = estimate(facts, strategy, world, precision=precision)
+            fits = "yes" if e.fits(gpu_memory) else "no"
+            host = f"  (+{_gb(e.host)} GB in host memory)" if e.host else ""
+            lines.append(f"{n:>5} {world:>5}  {LABELS[strategy]:<15}{_gb(e.params):>8}{_gb(e.grads):>8}"
+                         f"{_gb(e.optimizer):>8}{_gb(e.activations):>8}{_gb(e.buffers):>8}{_gb(e.total):>8}  "
+                         f"{fits:<5}{_gb(e.sent):>8}{host}")
+    return "\n".join(lines)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", action="append", required=True, metavar="CONFIG",
+                        help="the training config(s), as given to 'eoscale fit' (repeatable)")
+    parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: JUWELS Booster)")
+    parser.add_argument("--gpu-memory", default="40GB", help="memory of one GPU (default 40GB: A100 40 GB)")
+    parser.add_argument("--nodes", default="1,2,4,16", help="node counts to plan for, comma-separated")
+    parser.add_argument("--precision", default=None,
+                        help="training precision (default: the config's, else bf16-mixed as fit uses on GPUs)")
+    parser.add_argument("--batch-size", type=int, default=None, help="per-GPU batch (default: the config's)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eoscale.train.model_facts import facts_from_config
+
+    nodes = parse_nodes(args.nodes)
+    gpu_memory = parse_bytes(args.gpu_memory)
+    if args.gpus_per_node < 1:
+        raise InputError(f"--gpus-per-node must be at least 1, got {args.gpus_per_node}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, got {args.batch_size}")
+    facts = facts_from_config(args.config, batch_size=args.batch_size)
+    precision = str(args.precision or facts.precision or "bf16-mixed")
+    print(table(facts, nodes=nodes, gpus_per_node=args.gpus_per_node, gpu_memory=gpu_memory, precision=precision))
+    return 0

@@ -1,0 +1,78 @@
+"""Several `eoscale fit`s of one tiny ViT in one pair of CPU ranks, one strategy after another.
+
+Started by torchrun (2 processes, gloo); each rank calls `eoscale fit` once per strategy with the strategy's
+config fragment, as a user would, so the DDP, FSDP2 and ZeRO tests share one start-up (a `python -m eoscale
+fit` of two ranks costs 25-30 s here, most of it imports). `StateProbe` writes what each rank saw.
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m tests.train.strategy_fits OUT STORE ddp zero2
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from lightning import Callback
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+STEPS = 10
+# a ViT small enough for seconds of CPU per fit, big enough that its state dwarfs the bookkeeping around it
+VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.backbone_kwargs", "{depth: 4}",
+       "--model.init_args.decoder_channels", "32", "--model.init_args.lr", "1e-4"]
+
+
+class StateProbe(Callback):
+    """Each step's training loss; at step `at_step` (gradients and optimizer state both exist) the state
+    bytes this rank holds (`eoscale.train.state`); at the end, the share of the parameters it holds.
+    Written to `<folder>/rank<r>.pt`."""
+
+    def __init__(self, folder: str, at_step: int = 2) -> None:
+        self.folder, self.at_step = Path(folder), at_step
+        self.losses: list[float] = []
+        self.state: dict | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        if trainer.global_step == self.at_step:
+            from eoscale.train.state import measure_state
+
+            self.state = measure_state(pl_module, optimizer).to_dict()
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        local = total = 0
+        for p in pl_module.parameters():
+            if hasattr(p, "ds_tensor"):  # ZeRO-3: this rank's partition; the parameter itself is empty
+                local, total = local + p.ds_tensor.numel(), total + p.ds_numel
+            else:
+                local += (p.to_local() if hasattr(p, "to_local") else p).numel()
+                total += p.numel()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        torch.save({"losses": self.losses, "state": self.state, "local": local, "total": total,
+                    "world_size": trainer.world_size, "step": trainer.global_step},
+                   self.folder / f"rank{trainer.global_rank}.pt")
+
+
+def fit_args(store: str, root: Path, strategy: str) -> list[str]:
+    """`eoscale fit` of the tiny ViT under `strategy` (a fragment in configs/strategy/) on 2 CPU ranks."""
+    return ["fit", "--config", str(CONFIGS / "smoke.yaml"), "--config", str(CONFIGS / "strategy" / f"{strategy}.yaml"),
+            *VIT, "--data.init_args.store", store, "--data.init_args.batch_size", "4", "--data.init_args.augment", "false",
+            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_steps", str(STEPS),
+            "--trainer.val_check_interval", str(STEPS), "--trainer.gradient_clip_val", "0.5",
+            "--trainer.default_root_dir", str(root / strategy),
+            "--trainer.callbacks+=tests.train.strategy_fits.StateProbe",
+            f"--trainer.callbacks.folder={root / strategy / 'probe'}"]
+
+
+def main(argv: list[str]) -> None:
+    from eoscale.train.cli import main as fit
+
+    root, store, *strategies = argv
+    for strategy in strategies:
+        fit(fit_args(store, Path(root), strategy))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
