@@ -14,6 +14,7 @@ tensors are bf16 but for normalisation statistics, so a mixed-precision plan hal
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from dataclasses import dataclass
@@ -65,9 +66,15 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
             return None
 
     args = [a for path in configs for a in ("--config", path)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        cli = PlanCLI(args=args, run=False)
+    seed_log = logging.getLogger("lightning.fabric.utilities.seed")  # 'Seed set to 0': nothing trains here
+    level = seed_log.level
+    seed_log.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cli = PlanCLI(args=args, run=False)
+    finally:
+        seed_log.setLevel(level)
     task, data = cli.model, cli.datamodule
     config = cli.config
     in_chans, num_classes, tile = _data_facts(task, data)
