@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 
 from eoscale.cli import main as eoscale_main
 from eoscale.train.cli import main
-from tests.train.test_configs import MODEL_CONFIGS
+from tests.train.test_configs import LARGE_CONFIGS, MODEL_CONFIGS
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 
@@ -33,7 +33,7 @@ def shared_tracking_uri(tmp_path_factory) -> str:
     return f"sqlite:///{tmp_path_factory.mktemp('fast-dev-runs') / 'mlflow.db'}"
 
 
-@pytest.mark.parametrize("config", MODEL_CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config", [c for c in MODEL_CONFIGS if c not in LARGE_CONFIGS], ids=lambda p: p.stem)
 def test_fast_dev_run(config: Path, store: Path, tmp_path: Path, shared_tracking_uri: str, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", shared_tracking_uri)
     # fine-tune configs name the MAE export of the quick start; a smoke run starts from scratch
