@@ -83,6 +83,9 @@ StateSaveLocation=$D/slurm/state
 SlurmctldLogFile=$D/slurm/log/slurmctld.log
 SlurmdLogFile=$D/slurm/log/slurmd.log
 SchedulerType=sched/backfill
+# one node, a handful of jobs: try pending jobs every 2 s, not every 60 s (main) / 30 s (backfill), so that a requeued
+# job (held for cred_expire) starts when it may, not at the next periodic pass (~17 s later in the requeue test)
+SchedulerParameters=sched_interval=2,bf_interval=2
 MinJobAge=300
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
