@@ -51,19 +51,28 @@ def make_adapted_checkpoint(root: Path, *, mean_shift: float = 0.0) -> tuple[Pat
     network, and the adapter's band contract."""
     from eoscale.infer.model import load_model
     from eoscale.models import build_model
-    from eoscale.models.lora import apply_finetune, save_adapter
 
     checkpoint = make_checkpoint(root / "exp" / "run" / "checkpoints" / "last.ckpt", backbone="test_vit")
     base = load_model(checkpoint)
     model = build_model(**base.spec["args"])
     model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
-    apply_finetune(model, "lora", {"r": 2, "name": "alps"})
+    contract = write_adapter(model, base.contract, root, {"r": 2, "name": "alps"}, mean_shift=mean_shift)
+    return checkpoint, model, contract
+
+
+def write_adapter(model: torch.nn.Module, base_contract, root: Path, lora: dict, *, mean_shift: float) -> dict:
+    """LoRA `lora` (apply_finetune's options, with its `name`) on `model`, its LoRA updates and head changed by a
+    seeded random amount, saved as `<root>/adapters/<name>` with `base_contract`'s statistics plus `mean_shift` on
+    each mean, as a LoRA fit writes it; returns the adapter's band contract (`model` is left adapted, unmerged)."""
+    from eoscale.models.lora import apply_finetune, save_adapter
+
+    apply_finetune(model, "lora", lora)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name or name.startswith("decoder.classifier"):
+        for key, p in model.named_parameters():
+            if "lora_B" in key or key.startswith("decoder.classifier"):
                 p.add_(torch.randn(p.shape, generator=generator) * 0.3)
-    contract = base.contract.to_dict() | {"mean": [m + mean_shift for m in base.contract.mean]}
-    save_adapter(model.eval(), root / "adapters" / "alps", contract=contract,
+    contract = base_contract.to_dict() | {"mean": [m + mean_shift for m in base_contract.mean]}
+    save_adapter(model.eval(), root / "adapters" / lora["name"], contract=contract,
                  model_args={"backbone": "test_vit", "num_classes": 4, "img_size": 32})
-    return checkpoint, model, contract
+    return contract

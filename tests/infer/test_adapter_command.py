@@ -9,13 +9,12 @@ import torch
 from eoscale.cli import main
 from eoscale.infer.model import load_model
 from eoscale.models.adapter_command import describe_adapters, merge
-from tests.checkpoints import make_checkpoint
+from tests.checkpoints import make_checkpoint, write_adapter
 
 
 def _adapter(root, checkpoint, name: str, *, r: int = 2, backbone_kwargs: dict | None = None, mean_shift: float = 100.0):
     """Write adapter `name` into `root/adapters/` as a LoRA fit would: non-zero LoRA updates, its own head,
     and a store with other statistics; returns the unmerged model."""
-    from eoscale.models.lora import apply_finetune, save_adapter
     from eoscale.train.task import SegmentationTask
 
     base = load_model(checkpoint)
@@ -27,15 +26,7 @@ def _adapter(root, checkpoint, name: str, *, r: int = 2, backbone_kwargs: dict |
 
         model = build_model(**base.spec["args"])
         model.load_state_dict({k.removeprefix("model."): v for k, v in torch.load(checkpoint)["state_dict"].items()})
-    apply_finetune(model, "lora", {"r": r, "alpha": 2 * r, "name": name})
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for key, p in model.named_parameters():
-            if "lora_B" in key or key.startswith("decoder.classifier"):
-                p.add_(torch.randn(p.shape, generator=generator) * 0.3)
-    contract = base.contract.to_dict() | {"mean": [m + mean_shift for m in base.contract.mean]}
-    save_adapter(model.eval(), root / "adapters" / name, contract=contract,
-                 model_args={"backbone": "test_vit", "num_classes": 4, "img_size": 32})
+    write_adapter(model, base.contract, root, {"r": r, "alpha": 2 * r, "name": name}, mean_shift=mean_shift)
     return model
 
 
