@@ -49,7 +49,7 @@ class _DropCreating(logging.Filter):
         return "not found. Creating it." not in str(record.getMessage())
 
 
-def _quiet_store_creation() -> None:
+def quiet_store_creation() -> None:
     """What a first run in a new store printed: MLflow's INFO lines about creating its tables (its own handler,
     so they reached the user's terminal) and Lightning's experiment line (idempotent)."""
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
@@ -133,7 +133,7 @@ class MLflowLogger(MLFlowLogger):
         run_id: str | None = None,
         local_metrics: bool = True,
     ) -> None:
-        _quiet_store_creation()
+        quiet_store_creation()
         self._run_root = Path(root_dir or ".").resolve()
         uri = tracking_uri or default_tracking_uri(self._run_root)
         artifacts = None

@@ -23,6 +23,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 
+from eoscale.track.logger import quiet_store_creation
+
 NOISE = (
     r"The `srun` command is available on your system but is not used",
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
@@ -44,7 +46,7 @@ def silence_known_noise() -> None:
         target = logging.getLogger(name)
         if not any(isinstance(f, _DropTip) for f in target.filters):
             target.addFilter(_DropTip())
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "Creating initial MLflow database tables"
+    quiet_store_creation()  # MLflow's "Creating initial MLflow database tables", Lightning's "… Creating it."
 
 
 class ModelSummary(RichModelSummary):
