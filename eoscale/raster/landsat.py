@@ -1,7 +1,7 @@
 """Landsat 8/9 Collection 2 Level-2 scene folders: surface reflectance on eoscale's scale, QA_PIXEL as the mask.
 
 A C2 L2 folder (as USGS ships it) holds `…_SR_B1.TIF`…`…_SR_B7.TIF` (uint16 digital numbers, 0 = fill),
-`…_QA_PIXEL.TIF` and `…_MTL.txt`. Reflectance = DN × REFLECTANCE_MULT_BAND_n + REFLECTANCE_ADD_BAND_n, read from the
+`…_QA_PIXEL.TIF` and `…_MTL.txt` (and `…_MTL.xml`, read when the text form is absent). Reflectance = DN × REFLECTANCE_MULT_BAND_n + REFLECTANCE_ADD_BAND_n, read from the
 MTL's LEVEL2_SURFACE_REFLECTANCE_PARAMETERS group (2.75e-5 and -0.2 for every C2 L2 product, which is what a folder
 without an MTL gets: only Collection 2 names its files SR_Bn); eoscale's scale is reflectance × 10,000, so Landsat
 and Sentinel-2 stores hold the same physical quantity. QA_PIXEL's bits 0-5 (fill, dilated cloud, cirrus, cloud,
@@ -11,6 +11,7 @@ cloud shadow, snow) make a pixel nodata.
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,11 +27,26 @@ _FACTOR = re.compile(r"REFLECTANCE_(MULT|ADD)_BAND_(\d+)\s*=\s*\"?([-+0-9.Ee]+)"
 
 
 def _factors(mtl: Path) -> dict[tuple[str, int], float]:
+    if mtl.suffix.lower() == ".xml":
+        return _xml_factors(mtl)
     group = _GROUP.search(mtl.read_text(errors="replace"))
     if not group:
         raise InputError(f"{str(mtl)!r} has no LEVEL2_SURFACE_REFLECTANCE_PARAMETERS group: it is not a Collection 2 "
                          f"Level-2 MTL; download the scene again")
     return {(kind, int(band)): float(value) for kind, band, value in _FACTOR.findall(group.group(1))}
+
+
+def _xml_factors(mtl: Path) -> dict[tuple[str, int], float]:
+    """The factors of an MTL's XML form (`<LEVEL2_SURFACE_REFLECTANCE_PARAMETERS><REFLECTANCE_MULT_BAND_1>…`)."""
+    try:
+        group = ET.parse(mtl).getroot().find("LEVEL2_SURFACE_REFLECTANCE_PARAMETERS")
+    except ET.ParseError as err:
+        raise InputError(f"{str(mtl)!r} is not readable XML ({err}): download the scene again") from None
+    if group is None:
+        raise InputError(f"{str(mtl)!r} has no LEVEL2_SURFACE_REFLECTANCE_PARAMETERS group: it is not a Collection 2 "
+                         f"Level-2 MTL; download the scene again")
+    return {(kind, int(band)): float(value) for kind, band, value in _FACTOR.findall(
+        "\n".join(f"{e.tag} = {e.text}" for e in group))}
 
 
 def calibrate(folder: str, bands: list[BandFile], skipped: list[str]) -> tuple[list[BandFile], dict, ClassMask, list[str]]:
@@ -40,7 +56,7 @@ def calibrate(folder: str, bands: list[BandFile], skipped: list[str]) -> tuple[l
     if not qa:
         raise InputError(f"Landsat scene folder {folder!r} has no QA_PIXEL file (…_QA_PIXEL.TIF): eoscale masks fill, "
                          f"clouds, shadows and snow with it; copy it from the product beside the SR bands")
-    mtl = sorted(Path(folder).glob("*_MTL.txt"))
+    mtl = sorted(Path(folder).glob("*_MTL.txt")) or sorted(Path(folder).glob("*_MTL.xml"))  # the ODL text, else XML
     factors = _factors(mtl[0]) if mtl else {}
     calibrated, record = [], {}
     for band in bands:

@@ -4,6 +4,8 @@
     eoscale synth runs/tiny --scenes 2 --size 256 --seed 1
     eoscale synth --layout perband --nodata-fraction 0 --overwrite
     eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
+    eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
+    eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
 """
 
 from __future__ import annotations
@@ -37,12 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--layout", choices=LAYOUTS, default="multiband",
         help="multiband: one 10-band file per scene at 10 m; perband: one file per band, 20 m bands at 20 m; safe: a "
-        "Sentinel-2 L2A SAFE product (MTD_MSIL2A.xml, JPEG 2000 bands under GRANULE/*/IMG_DATA/R10m|R20m, SCL) "
+        "Sentinel-2 L2A SAFE product (MTD_MSIL2A.xml, JPEG 2000 bands under GRANULE/*/IMG_DATA/R10m|R20m, SCL); cog: "
+        "Sentinel-2 L2A COGs (10/20 m, SCL) with an Earth Search-like STAC Item; landsat: a Landsat 9 Collection 2 "
+        "Level-2 folder at 30 m (SR_B1-SR_B7, QA_PIXEL, MTL .txt/.xml, ST_B10) with a USGS-like STAC Item "
         "(default: %(default)s)",
     )
     parser.add_argument(
         "--baseline", default=DEFAULT_BASELINE, metavar="NN.NN",
-        help="with --layout safe: the processing baseline; from 04.00 the bands carry BOA_ADD_OFFSET -1000 as ESA's "
+        help="with --layout safe or cog: the processing baseline; from 04.00 the bands carry BOA_ADD_OFFSET -1000 as ESA's "
         "products do (default: %(default)s)",
     )
     parser.add_argument(

@@ -6,6 +6,9 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
     scenes/<scene_id>.tif                     --layout multiband: 10 bands at 10 m
     scenes/<scene_id>/<scene_id>_<BAND>.tif   --layout perband: one file per band, 20 m bands at 20 m
     scenes/S2A_MSIL2A_…_N0510_….SAFE/         --layout safe: a Sentinel-2 L2A product (`eoscale.synth.safe`)
+    scenes/S2A_32ULB_…_0_L2A/                 --layout cog: Sentinel-2 L2A COGs and their STAC Item (`eoscale.synth.cog`)
+    scenes/LC09_L2SP_…_02_T1/                 --layout landsat: a Landsat 9 C2 L2 folder with MTL, QA_PIXEL and a
+                                              STAC Item (`eoscale.synth.landsat`), 30 m
     labels/<scene_id>_landcover.tif           WorldCover codes, EPSG:3035 at 20 m
     manifest.json
 
@@ -21,7 +24,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +32,10 @@ import numpy as np
 from eoscale.bands import NODATA, REFLECTANCE_SCALE, SENTINEL2_L2A
 from eoscale.classes import WORLDCOVER, ClassTable
 from eoscale.errors import InputError, OutputExistsError
+from eoscale.sensors import LANDSAT_OLI, SENSORS
+from eoscale.synth.cog import write_cog
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
+from eoscale.synth.landsat import write_landsat
 from eoscale.synth.render import render_scene
 from eoscale.synth.safe import check_baseline, write_safe
 from eoscale.synth.scene import (
@@ -43,7 +49,7 @@ from eoscale.synth.scene import (
     write_multiband,
 )
 
-LAYOUTS = ("multiband", "perband", "safe")
+LAYOUTS = ("multiband", "perband", "safe", "cog", "landsat")
 DEFAULT_BASELINE = "05.10"  # --layout safe: the processing baseline of today's products (with BOA_ADD_OFFSET)
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "eoscale-synth/1"
@@ -59,11 +65,12 @@ class SynthResult:
     out_dir: Path
     layout: str
     scene_ids: list[str]
-    scene_paths: list[Path] | list[list[Path]]  # per scene: the file (multiband), its SAFE folder (safe), or its band
-    # files in band order (perband)
+    scene_paths: list[Path] | list[list[Path]]  # per scene: the file (multiband), its SAFE folder (safe), its folder
+    # (cog, landsat: the STAC Item is `item_paths`), or its band files in band order (perband)
     label_paths: list[Path]
     class_table_path: Path
     manifest_path: Path
+    item_paths: list[Path] = field(default_factory=list)  # cog, landsat: each scene's STAC Item
 
     @classmethod
     def from_manifest(cls, out_dir: str | Path) -> SynthResult:
@@ -75,6 +82,8 @@ class SynthResult:
             scene_paths: list = [out_dir / s["image"] for s in scenes]
         elif manifest["layout"] == "safe":
             scene_paths = [out_dir / s["product"] for s in scenes]
+        elif manifest["layout"] in ("cog", "landsat"):
+            scene_paths = [out_dir / s["folder"] for s in scenes]
         else:
             scene_paths = [[out_dir / p for p in s["bands"].values()] for s in scenes]
         return cls(
@@ -85,6 +94,7 @@ class SynthResult:
             label_paths=[out_dir / s["labels"] for s in scenes],
             class_table_path=out_dir / manifest["class_table"],
             manifest_path=out_dir / MANIFEST,
+            item_paths=[out_dir / s["item"] for s in scenes if "item" in s],
         )
 
 
@@ -129,7 +139,7 @@ def synthesize(
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
-        if layout == "safe":
+        if layout in ("safe", "cog"):
             manifest["processing_baseline"] = baseline
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _move_into_place(staging, target)
@@ -167,6 +177,14 @@ def _write_scene(
         written = write_safe(root / "scenes", index, bands, transform, baseline=baseline)
         record["product"] = f"scenes/{written['product']}"
         record["bands"] = {band: f"scenes/{path}" for band, path in written["bands"].items()}
+    elif layout in ("cog", "landsat"):
+        if layout == "cog":
+            written = write_cog(root / "scenes", index, bands, transform, baseline=baseline)
+        else:
+            written = write_landsat(root / "scenes", index, bands, landcover.classes, transform)
+        record["folder"] = f"scenes/{written['folder']}"
+        record["item"] = f"scenes/{written['item']}"
+        record["bands"] = {band: f"scenes/{path}" for band, path in written["bands"].items()}
     else:
         (root / "scenes" / sid).mkdir()
         record["bands"] = {}
@@ -191,8 +209,8 @@ def _manifest(records: list[dict], shape: tuple[int, int], seed: int, layout: st
         "layout": layout,
         "nodata_fraction": nodata_fraction,
         "crs": SCENE_CRS.to_string(),
-        "resolution_m": SCENE_RESOLUTION_M,
-        "bands": [b.to_dict() for b in SENTINEL2_L2A],
+        "resolution_m": 30.0 if layout == "landsat" else SCENE_RESOLUTION_M,
+        "bands": [b.to_dict() for b in (SENSORS[LANDSAT_OLI].table("landsat-9") if layout == "landsat" else SENTINEL2_L2A)],
         "reflectance_scale": REFLECTANCE_SCALE,
         "nodata": NODATA,
         "label_crs": LABEL_CRS.to_string(),

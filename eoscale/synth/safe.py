@@ -50,36 +50,31 @@ def check_baseline(text: str) -> tuple[int, int]:
 
 
 def product_name(index: int, baseline: str) -> str:
-    sensing = _sensing(index)
+    sensing = sensing_time(index)
     return f"S2A_MSIL2A_{sensing}_N{baseline.replace('.', '')}_R108_{TILE}_{sensing}.SAFE"
 
 
-def _sensing(index: int) -> str:
+def sensing_time(index: int) -> str:
     return (dt.datetime(2024, 6, 1, 10, 30, 31) + dt.timedelta(days=5 * index)).strftime("%Y%m%dT%H%M%S")
+
+
+def baseline_offset(baseline: str) -> int:
+    """What a product of `baseline` adds to every valid DN: `OFFSET` from 04.00, else 0."""
+    return OFFSET if check_baseline(baseline) >= (4, 0) else 0
 
 
 def write_safe(root: Path, index: int, bands: list[np.ndarray], transform: Affine, *, baseline: str) -> dict:
     """Write scene `index` (`bands`: `render_scene`'s uint16 reflectance at each band's resolution) as a SAFE product
     under `root`; returns {"product": its folder, "bands": {band: finest file}} relative to `root`."""
-    offset = OFFSET if check_baseline(baseline) >= (4, 0) else 0
-    name, sensing = product_name(index, baseline), _sensing(index)
+    offset = baseline_offset(baseline)
+    name, sensing = product_name(index, baseline), sensing_time(index)
     granule = Path(name) / "GRANULE" / f"L2A_{TILE}_A036000_{sensing}" / "IMG_DATA"
     by_name = {b.name: image for b, image in zip(SENTINEL2_L2A, bands, strict=True)}
     fine = by_name["B02"].shape
     coarse = by_name["B05"].shape
-    (r0, r1), (c0, c1) = CLOUD_BOX
-    box = (slice(int(r0 * coarse[0]), int(r1 * coarse[0])), slice(int(c0 * coarse[1]), int(c1 * coarse[1])))
-    cloud = np.zeros(coarse, bool)
-    cloud[box] = True
-    cloud &= by_name["B05"] != NODATA
+    cloud = cloud_tops(by_name)
     files: dict[str, str] = {}
     written: list[str] = []
-
-    def dn(image: np.ndarray, at_20m: bool) -> np.ndarray:
-        mask = cloud if at_20m else upsample(cloud, image.shape)
-        out = np.where(mask, np.uint16(CLOUD_DN), image)
-        return np.where(out == NODATA, NODATA, out + offset).astype(np.uint16)
-
     for resolution, names in ((10, ("B02", "B03", "B04", "B08")),
                               (20, ("B02", "B03", "B04", "B05", "B06", "B07", "B8A", "B11", "B12"))):
         folder = granule / f"R{resolution}m"
@@ -89,7 +84,7 @@ def write_safe(root: Path, index: int, bands: list[np.ndarray], transform: Affin
             if _RESOLUTION_OF[band] < resolution:
                 image = image[::2, ::2]  # a 10 m band's 20 m copy, as L2A products carry them
             path = folder / f"{TILE}_{sensing}_{band}_{resolution}m.jp2"
-            _write(root / path, dn(image, resolution == 20)[None], grid)
+            _write(root / path, digital_numbers(image, cloud, offset)[None], grid)
             files.setdefault(band, str(path))
             written.append(str(path))
         shape = fine if resolution == 10 else coarse
@@ -97,13 +92,30 @@ def write_safe(root: Path, index: int, bands: list[np.ndarray], transform: Affin
             _write(root / folder / f"{TILE}_{sensing}_{layer}_{resolution}m.jp2", np.full((1, *shape), value, np.uint16), grid)
     tci = np.stack([np.clip(by_name[b] // 12, 0, 255).astype(np.uint8) for b in ("B04", "B03", "B02")])
     _write(root / granule / "R10m" / f"{TILE}_{sensing}_TCI_10m.jp2", tci, transform)
-    scl = _scene_classes(by_name, cloud)
+    scl = scene_classes(by_name, cloud)
     _write(root / granule / "R20m" / f"{TILE}_{sensing}_SCL_20m.jp2", scl[None], coarse_transform(transform))
     (root / name / "MTD_MSIL2A.xml").write_bytes(_metadata(baseline, sensing, offset != 0, written))
     return {"product": name, "bands": {b.name: files[b.name] for b in SENTINEL2_L2A}}
 
 
-def _scene_classes(by_name: dict[str, np.ndarray], cloud: np.ndarray) -> np.ndarray:
+def cloud_tops(by_name: dict[str, np.ndarray]) -> np.ndarray:
+    """Where (on the 20 m grid) the scene holds the cloud tops only the SCL marks: `CLOUD_BOX`, where it has data."""
+    coarse = by_name["B05"].shape
+    (r0, r1), (c0, c1) = CLOUD_BOX
+    cloud = np.zeros(coarse, bool)
+    cloud[int(r0 * coarse[0]): int(r1 * coarse[0]), int(c0 * coarse[1]): int(c1 * coarse[1])] = True
+    return cloud & (by_name["B05"] != NODATA)
+
+
+def digital_numbers(image: np.ndarray, cloud: np.ndarray, offset: int) -> np.ndarray:
+    """A band's digital numbers at its resolution (10 or 20 m): cloud tops over `cloud` (20 m, repeated onto a 10 m
+    band), `offset` added to every valid pixel, 0 (NO_DATA) kept."""
+    mask = cloud if image.shape == cloud.shape else upsample(cloud, image.shape)
+    out = np.where(mask, np.uint16(CLOUD_DN), image)
+    return np.where(out == NODATA, NODATA, out + offset).astype(np.uint16)
+
+
+def scene_classes(by_name: dict[str, np.ndarray], cloud: np.ndarray) -> np.ndarray:
     red, nir = by_name["B04"][::2, ::2].astype(np.float32), by_name["B8A"].astype(np.float32)
     ndvi = (nir - red) / np.maximum(nir + red, 1)
     scl = np.where(nir < red, 6, np.where(ndvi > 0.3, 4, 5)).astype(np.uint8)

@@ -111,28 +111,44 @@ def test_scl_classes_are_configurable(safe_sets, tmp_path, capsys):
 
 
 def test_landsat_band_folder_is_never_taken_for_sentinel2(tmp_path, capsys):
-    folder = write_landsat_folder(tmp_path / "LC09_L2SP_196025_20230612")
+    """A Landsat 9 C2 L2 folder written by `eoscale synth --layout landsat` (every QA_PIXEL flag present)."""
+    assert main(["synth", str(tmp_path / "ls"), "--layout", "landsat", "--scenes", "1", "--size", "192", "--seed", "3",
+                 "--nodata-fraction", "0.15"]) == 0
+    (folder,) = (tmp_path / "ls" / "scenes").glob("LC09_L2SP_*")
+    capsys.readouterr()
     code, err = ingest(capsys, tmp_path / "ls.zarr", [folder])
     assert code == 0, err
     attrs = zarr.open_group(tmp_path / "ls.zarr", mode="r").attrs
     assert attrs[schema.ATTR_SENSOR] == "landsat-oli"
     assert attrs[schema.ATTR_BANDS] == [f"SR_B{i}" for i in range(1, 8)]  # not B01..B07: SR_B5 is not Sentinel-2's B05
     assert attrs[schema.ATTR_WAVELENGTHS][4] == pytest.approx(864.6)
-    # ST_B10 (surface temperature) and the thumbnail hold no band: skipped and said once; QA_PIXEL is the mask
+    # ST_B10 (surface temperature), QA_RADSAT, SR_QA_AEROSOL and the thumbnail hold no band: skipped and said once;
+    # QA_PIXEL is the mask and the MTL the factors
     warnings = [line for line in err.splitlines() if "warning" in line]
     assert len(warnings) == 1 and "ST_B10" in warnings[0] and "thumb" in warnings[0], err
-    assert "QA_PIXEL" not in warnings[0]
+    assert "QA_PIXEL" not in warnings[0] and "MTL" not in warnings[0]
     scene = attrs[schema.ATTR_SCENES][0]
     assert scene["mask"]["layer"] == "QA_PIXEL" and scene["mask"]["nodata_bits"] == 0b111111
     assert scene["radiometry"]["reflectance_factors"]["SR_B5"] == {"mult": 2.75e-5, "add": -0.2}
-    # DN × 2.75e-5 - 0.2 as reflectance × 10,000; the pixels QA_PIXEL flags as cloud are nodata
+    assert scene["radiometry"]["source"].endswith("_MTL.txt")
+    # DN × 2.75e-5 - 0.2 as reflectance × 10,000 where QA_PIXEL says clear; nodata where it flags fill, dilated
+    # cloud, cirrus, cloud, shadow or snow
     with rasterio.open(next(folder.glob("*_SR_B5.TIF"))) as src:
-        raw = src.read(1).astype(np.float64)
+        raw = src.read(1)
+    with rasterio.open(next(folder.glob("*_QA_PIXEL.TIF"))) as src:
+        flagged = (src.read(1) & 0b111111) != 0
     group = zarr.open_group(tmp_path / "ls.zarr", mode="r")
     images, rows, cols = group[schema.IMAGES][:], group[schema.ROW_OFF][:], group[schema.COL_OFF][:]
-    (first,) = np.flatnonzero((rows == 0) & (cols == 0))
-    assert (images[first, :, :16, :16] == 0).all()
-    np.testing.assert_array_equal(images[first, 4, 16:, 16:], np.rint(raw[16:32, 16:32] * 0.275 - 2000))
+    seen_flagged = seen_clear = 0
+    for tile, row, col in zip(images, rows, cols, strict=True):
+        window = (slice(row, row + 32), slice(col, col + 32))
+        assert (tile[:, flagged[window]] == 0).all()
+        clear = ~flagged[window]
+        # in float32, as the reader maps values (float64 rounds a few x.5 the other way)
+        np.testing.assert_array_equal(tile[4][clear], np.rint(raw[window][clear] * np.float32(0.275) - np.float32(2000)))
+        seen_flagged += int(flagged[window].sum())
+        seen_clear += int(clear.sum())
+    assert seen_flagged > 50 and seen_clear > 1000
     assert main(["info", str(tmp_path / "ls.zarr"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sensor"] == "landsat-oli"
     assert main(["info", str(tmp_path / "ls.zarr")]) == 0

@@ -256,3 +256,52 @@ def test_cli_safe_layout_writes_a_sentinel2_l2a_product(tmp_path, capsys):
     assert main(["synth", str(tmp_path / "bad"), "--layout", "safe", "--baseline", "5.1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "NN.NN" in err[0] and not (tmp_path / "bad").exists(), err
+
+
+def test_cli_landsat_layout_writes_a_c2_l2_folder_with_every_qa_flag(tmp_path, capsys):
+    """SR_B1..SR_B7 at 30 m with the C2 factors applied inversely, QA_PIXEL with fill, dilated cloud, cirrus, cloud,
+    shadow and snow where synth put them, the MTL as text and XML, ST_B10 and ANG beside, and a USGS-like Item."""
+    from eoscale.synth.landsat import CLOUD, QA_VALUES
+
+    assert main(["synth", str(tmp_path / "ls"), "--layout", "landsat", "--scenes", "1", "--size", "120",
+                 "--nodata-fraction", "0.2", "--seed", "1"]) == 0
+    result = SynthResult.from_manifest(tmp_path / "ls")
+    folder = result.scene_paths[0]
+    assert folder.name.startswith("LC09_L2SP_") and folder.name.endswith("_02_T1")
+    with rasterio.open(next(folder.glob("*_SR_B5.TIF"))) as src:
+        assert src.res == (30.0, 30.0) and (src.width, src.height) == (40, 40) and src.dtypes == ("uint16",)
+        b5 = src.read(1)
+    with rasterio.open(next(folder.glob("*_QA_PIXEL.TIF"))) as src:
+        qa = src.read(1)
+    for name, value in QA_VALUES.items():
+        assert (qa == value).any(), name
+    assert (b5[qa == QA_VALUES["fill"]] == 0).all() and (b5[qa != QA_VALUES["fill"]] > 0).all()
+    cloud = qa == QA_VALUES["cloud"]
+    np.testing.assert_allclose(b5[cloud] * 2.75e-5 - 0.2, CLOUD[4], atol=2e-5)  # the cloud tops' reflectance
+    mtl = next(folder.glob("*_MTL.txt")).read_text()
+    assert "REFLECTANCE_MULT_BAND_5 = 2.75E-05" in mtl and "REFLECTANCE_ADD_BAND_5 = -0.200000" in mtl
+    assert "<REFLECTANCE_ADD_BAND_7>-0.200000</REFLECTANCE_ADD_BAND_7>" in next(folder.glob("*_MTL.xml")).read_text()
+    assert next(folder.glob("*_ST_B10.TIF")) and next(folder.glob("*_ANG.txt"))
+    item = json.loads(result.item_paths[0].read_text())
+    assert item["properties"]["platform"] == "LANDSAT_9" and item["properties"]["proj:epsg"] == 32632
+    assert item["assets"]["nir08"]["eo:bands"][0]["name"] == "SR_B5"
+    assert item["assets"]["nir08"]["raster:bands"][0]["scale"] == 2.75e-5 and item["assets"]["nir08"]["href"].startswith("./")
+
+
+def test_cli_cog_layout_writes_the_safe_products_pixels_with_an_item(tmp_path):
+    """The COGs of a scene hold its SAFE product's digital numbers (baseline 05.10: +1000); the Item's raster:bands
+    offset undoes it."""
+    for layout in ("safe", "cog"):
+        assert main(["synth", str(tmp_path / layout), "--layout", layout, "--scenes", "1", "--size", "64",
+                     "--seed", "2"]) == 0
+    cog = SynthResult.from_manifest(tmp_path / "cog")
+    with rasterio.open(cog.scene_paths[0] / "B8A.tif") as src:
+        assert src.res == (20.0, 20.0) and src.nodata == 0
+        b8a = src.read(1)
+    with rasterio.open(next((tmp_path / "safe" / "scenes").glob("*.SAFE/GRANULE/*/IMG_DATA/R20m/*_B8A_20m.jp2"))) as src:
+        np.testing.assert_array_equal(b8a, src.read(1))
+    item = json.loads(cog.item_paths[0].read_text())
+    assert item["properties"]["s2:processing_baseline"] == "05.10" and item["properties"]["platform"] == "sentinel-2a"
+    assert item["assets"]["nir08"]["raster:bands"][0] | {"statistics": None} == item["assets"]["nir08"]["raster:bands"][0] | {
+        "scale": 0.0001, "offset": -0.1, "nodata": 0.0, "statistics": None}
+    assert {"blue", "rededge1", "swir22", "scl", "visual"} <= set(item["assets"])
