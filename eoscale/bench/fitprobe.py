@@ -97,10 +97,11 @@ def heldout_miou(pl_module, datamodule, store: str, *, batch_size: int = 32) -> 
                 continue
             dm.predict_split = split
             dm.setup("predict")
-            for batch in dm.predict_dataloader():
-                batch = dm.normalise({k: v.to(pl_module.device) for k, v in batch.items()})
-                metrics.update(pl_module(batch["image"]).argmax(dim=1), batch["label"])
-                tiles += batch["image"].shape[0]
+            with dm.predict_dataloader() as loader:
+                for batch in loader:
+                    batch = dm.normalise({k: v.to(pl_module.device) for k, v in batch.items()})
+                    metrics.update(pl_module(batch["image"]).argmax(dim=1), batch["label"])
+                    tiles += batch["image"].shape[0]
     pl_module.train(was_training)
     values = metrics.compute()
     return {"store": store, "tiles": tiles, "miou": float(values["miou"]), "accuracy": float(values["accuracy"])}

@@ -162,24 +162,25 @@ def _bench_loader(model, optimizer, dm, device, steps: int, repeats: int) -> dic
     """Training steps on the loader's batches: time blocked in `next()` (the data wait) against the step."""
     shares, step_times = [], []
     for _ in range(repeats):
-        batches = iter(dm.train_dataloader())
-        waited, started, done = 0.0, None, 0
-        while done < WARMUP + steps:
-            t0 = time.perf_counter()
-            try:
-                batch = next(batches)
-            except StopIteration:
-                batches = iter(dm.train_dataloader())
-                continue
-            batch = dm.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
-            _sync(device)
-            if done == WARMUP:
-                started, waited = t0, 0.0
-            waited += time.perf_counter() - t0
-            _train_step(model, optimizer, batch["image"], batch["label"], device)
-            _sync(device)
-            done += 1
-        total = time.perf_counter() - started
+        with dm.train_dataloader() as loader:  # one loader a repeat: its workers stop at the end of it
+            batches = iter(loader)
+            waited, started, done = 0.0, None, 0
+            while done < WARMUP + steps:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    batches = iter(loader)
+                    continue
+                batch = dm.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
+                _sync(device)
+                if done == WARMUP:
+                    started, waited = t0, 0.0
+                waited += time.perf_counter() - t0
+                _train_step(model, optimizer, batch["image"], batch["label"], device)
+                _sync(device)
+                done += 1
+            total = time.perf_counter() - started
         shares.append(waited / total)
         step_times.append(total / steps)
     return {"step_s": statistics.median(step_times), "data_wait_share": statistics.median(shares),

@@ -119,9 +119,8 @@ def bench_loader(
             measure, count_cpu = methods[name]
             with _cpu_seconds() as cpu:
                 entry = measure()
-                # LightningDataModule.save_hyperparameters keeps its caller's frames, and so the loaders, in a
-                # reference cycle: collect them now, so that their workers stop (and count) here, not in the
-                # forked baseline processes
+                # LightningDataModule.save_hyperparameters keeps its caller's frames in a reference cycle: collect
+                # the data modules now, not in the forked baseline processes
                 gc.collect()
             if entry is not None and count_cpu:
                 entry["tiles_per_cpu_s"] = entry["tiles"] / cpu()
@@ -188,6 +187,7 @@ def _loader(store: str, *, workers: int, batch_size: int, seconds: float, seed: 
         elapsed = time.perf_counter() - started
     finally:
         torch.set_num_threads(threads)
+        loader.close()  # its workers stop (and count) here, not at a later garbage collection
     return {"tiles_per_s": tiles / elapsed, "tiles": tiles, "epochs": epochs,
             "device": device.type if normalise else None, "processes": max(workers, 1)}
 

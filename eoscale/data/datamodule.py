@@ -303,6 +303,12 @@ class TileDataModule(LightningDataModule):
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _rank_and_world_size(self) -> tuple[int, int]:
+        # a device mesh (ModelParallelStrategy): the data-parallel rank and size, since under tensor
+        # parallelism the ranks of one group must take the same batches
+        strategy = getattr(self.trainer, "strategy", None)
+        if getattr(strategy, "_device_mesh", None) is not None:
+            sampler = strategy.distributed_sampler_kwargs
+            return int(sampler["rank"]), int(sampler["num_replicas"])
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             return torch.distributed.get_rank(), torch.distributed.get_world_size()
         if self.trainer is not None:
@@ -374,6 +380,24 @@ class TileLoader(DataLoader):
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)
+
+    def close(self) -> None:
+        """Stop the persistent workers now. Code that iterates a loader by hand calls it (or uses the loader as
+        a context manager); Lightning stops them itself at the end of fit, validate and predict.
+
+        Why not leave it to garbage collection: a loader held in a reference cycle (a LightningDataModule keeps
+        one) is freed by the cyclic collector, which runs the index queues' finalizers — stopping the threads
+        that feed them — before the iterator's `__del__` sends each worker its stop: the workers never hear it
+        and the DataLoader waits its 5 s join timeout for each before killing them (measured: 5.3 s a loader)."""
+        iterator, self._iterator = getattr(self, "_iterator", None), None
+        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+            iterator._shutdown_workers()
+
+    def __enter__(self) -> TileLoader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _get_iterator(self):
         return _HandoverIter(self) if self.handover is not None else super()._get_iterator()

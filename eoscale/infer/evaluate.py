@@ -32,12 +32,13 @@ def evaluate(model: PredictionModel, store: str | Path, *, split: str = "test", 
     device = model.device
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     with torch.inference_mode():
-        for batch in data.predict_dataloader():
-            # compact batches (uint16 images, uint8 labels) become model input on the device, as in training
-            batch = data.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
-            with autocast:
-                logits = model.network(batch["image"])
-            metrics.update(logits.argmax(dim=1).cpu(), batch["label"].cpu())
+        with data.predict_dataloader() as loader:
+            for batch in loader:
+                # compact batches (uint16 images, uint8 labels) become model input on the device, as in training
+                batch = data.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
+                with autocast:
+                    logits = model.network(batch["image"])
+                metrics.update(logits.argmax(dim=1).cpu(), batch["label"].cpu())
         values = metrics.compute()
     per_class = values.pop(f"{split}_iou")
     result = {k: float(v) for k, v in values.items()}
