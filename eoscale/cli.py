@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "test": ("eoscale.train.command", "evaluate a checkpoint on a tile store's test split (LightningCLI)"),
     "predict": ("eoscale.infer.command", "map scenes to land-cover COGs with a checkpoint (sliding windows, blended, out-of-core)"),
     "plan": ("eoscale.train.plan", "predict each strategy's memory per GPU (DDP, FSDP2, ZeRO-2/3) and traffic for a config before booking nodes"),
-    "consolidate": ("eoscale.train.checkpoint", "turn a sharded (FSDP) checkpoint folder into one checkpoint file"),
+    "consolidate": ("eoscale.train.checkpoint", "turn a sharded (FSDP or DeepSpeed) checkpoint folder into one checkpoint file"),
     "adapter": ("eoscale.models.adapter_command", "list a LoRA fit's adapters, or merge one into a plain checkpoint"),
     "slurm": ("eoscale.slurm.command", "render or submit Slurm job scripts from a cluster profile and a template"),
     "pipeline": ("eoscale.slurm.pipeline_command", "run the steps of a pipeline file (synth → ingest → fit → …) in order"),

@@ -15,8 +15,10 @@ and the tile store it was trained on (path, fingerprint, input files): `checkpoi
 what an older checkpoint knows (its MLflow run id only).
 
 Reading is plain data only (`torch.load(weights_only=True)`): a checkpoint never runs code. The one
-exception is torch's own sharded DCP folder format (`*.distcp`), whose tensors torch itself unpickles:
-treat sharded folders as trusted input, as torch's documentation says.
+exception is the tensors of sharded checkpoint folders, which their own libraries unpickle: torch's DCP folder
+format (`*.distcp`, FSDP) and DeepSpeed's optimizer-state files (`*_optim_states.pt`, ZeRO), read only by
+`eoscale consolidate` and by resuming: treat sharded folders as trusted input, as both libraries' documentation
+says. Their metadata (`meta.pt`; rank 0's `*model_states.pt` under DeepSpeed) is read as plain data here.
 """
 
 from __future__ import annotations
@@ -124,18 +126,50 @@ def _stat(stats: Any, name: str) -> list[float]:
 
 
 def load_checkpoint(path: str | Path) -> dict:
-    """Read a single-file checkpoint, or the metadata of a sharded one, as plain data (`weights_only`)."""
+    """Read a single-file checkpoint, or the metadata of a sharded one (FSDP or DeepSpeed), as plain data
+    (`weights_only`)."""
     path = Path(path)
+    deepspeed = False
     if path.is_dir():
-        if not (path / METADATA_FILE).is_file():
-            raise InputError(f"{str(path)!r} is a folder but not a sharded checkpoint (no {METADATA_FILE})")
-        path = path / METADATA_FILE
+        if (path / METADATA_FILE).is_file():
+            path = path / METADATA_FILE
+        elif (model_states := deepspeed_model_states(path)) is not None:
+            path, deepspeed = model_states, True
+        else:
+            raise InputError(f"{str(path)!r} is a folder but not a sharded checkpoint (no {METADATA_FILE} and no "
+                             f"DeepSpeed '{DEEPSPEED_TAG_FILE}' file)")
     elif not path.is_file():
         raise InputNotFoundError(f"no checkpoint at {str(path)!r}")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, truncated, or pickled objects
         raise InputError(f"cannot read checkpoint {str(path)!r}: {str(err).splitlines()[0]}") from err
+    if deepspeed:  # Lightning's part of the file: its own and eoscale's keys, as in meta.pt
+        checkpoint = {k: v for k, v in checkpoint.items() if k not in DEEPSPEED_KEYS}
+    return checkpoint
+
+
+DEEPSPEED_TAG_FILE = "latest"  # in a DeepSpeed checkpoint folder: the name of the subfolder holding the files
+# what DeepSpeed's engine writes into its model-states file beside the caller's (Lightning's) state
+DEEPSPEED_KEYS = frozenset((
+    "module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes", "shared_params",
+    "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names",
+    "csr_tensor_module_names", "skipped_steps", "global_steps", "global_samples", "dp_world_size", "mp_world_size",
+    "checkpoint_parallel_dimensions", "ds_config", "ds_version"))
+
+
+def deepspeed_model_states(folder: str | Path) -> Path | None:
+    """Rank 0's model-states file of the DeepSpeed checkpoint `folder` (Lightning's DeepSpeed strategy writes
+    `<folder>/latest` naming `<folder>/<tag>/`: `mp_rank_00_model_states.pt` under ZeRO-1/2, one
+    `zero_pp_rank_<r>_mp_rank_00_model_states.pt` a rank under ZeRO-3); None if `folder` is not one."""
+    folder = Path(folder)
+    if not (folder / DEEPSPEED_TAG_FILE).is_file():
+        return None
+    tag = folder / (folder / DEEPSPEED_TAG_FILE).read_text().strip()
+    for name in ("mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_model_states.pt"):
+        if (tag / name).is_file():
+            return tag / name
+    return None
 
 
 def read_contract(path: str | Path) -> BandContract:

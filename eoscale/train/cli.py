@@ -15,8 +15,8 @@ Several nodes under Slurm (one task per GPU; Lightning's SLURMEnvironment reads 
         --config configs/strategy/fsdp.yaml --trainer.num_nodes 2 --trainer.devices 4
 
 or with `torchrun --nnodes 2 --nproc-per-node 4 -m eoscale fit ...` (TorchElasticEnvironment).
-Resume with `--ckpt_path last` or a checkpoint path; `eoscale consolidate` makes one file of an FSDP
-checkpoint folder. Every run logs to MLflow (`eoscale.track.logger`, `eoscale.train.monitor`).
+Resume with `--ckpt_path last` or a checkpoint path; `eoscale consolidate` makes one file of an FSDP or
+DeepSpeed checkpoint folder. Every run logs to MLflow (`eoscale.track.logger`, `eoscale.train.monitor`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import torch
 from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
 
-from eoscale.contract import RUN_KEY  # in a checkpoint: the MLflow run that wrote it
+from eoscale.contract import RUN_KEY, load_checkpoint
 from eoscale.track.logger import detect_launcher
 
 
@@ -32,11 +32,15 @@ def mlflow_loggers(trainer: Trainer) -> list[MLFlowLogger]:
 
 
 def resume_run_id(checkpoint: str | os.PathLike | None) -> str | None:
-    """The MLflow run a checkpoint file was written by (None: not known, a sharded folder, or no file)."""
-    if checkpoint is None or not Path(checkpoint).is_file():
+    """The MLflow run a checkpoint file or sharded folder (FSDP, DeepSpeed: its metadata) was written by (None: not
+    known, or no checkpoint)."""
+    if checkpoint is None or not Path(checkpoint).exists():
         return None
     try:
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)  # plain data: never runs code
+        if Path(checkpoint).is_dir():
+            saved = load_checkpoint(checkpoint)  # the folder's metadata, plain data
+        else:
+            saved = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)  # plain data: never runs code
     except Exception:  # not ours to judge here: Lightning reports an unreadable checkpoint when it loads it
         return None
     value = saved.get(RUN_KEY) if isinstance(saved, dict) else None

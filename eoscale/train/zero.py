@@ -15,8 +15,11 @@ Pick it with a config fragment (`configs/strategy/zero2.yaml`, `zero3.yaml`, `ze
   node). Gradient clipping is the trainer's `gradient_clip_val` (DeepSpeed's own default is 1.0, DDP's none):
   Lightning writes it into DeepSpeed's config, so the same config clips the same under DDP and ZeRO.
 
-Checkpoints are DeepSpeed's sharded folders (one file per rank); `eoscale consolidate` is the way to one file
-for FSDP only so far.
+Checkpoints are DeepSpeed's sharded folders (one file per rank); `eoscale consolidate FOLDER OUT.ckpt` gathers
+the fp32 weights into one eoscale checkpoint that `eoscale predict` and fine-tuning read (`eoscale.train.checkpoint`).
+Resuming from the folder (`--ckpt_path last`, same world size) is DeepSpeed's `load_checkpoint`; on CPU ranks
+(gloo) it hangs in DeepSpeed 0.19.8 under ZeRO-2 and ZeRO-3 (measured at W=2: one rank waits in an all-gather the
+other never starts), so CPU runs do not resume; on GPUs it is untested here.
 """
 
 from __future__ import annotations

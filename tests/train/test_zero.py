@@ -7,14 +7,19 @@ One torchrun of two ranks runs `eoscale fit` of a tiny ViT under each strategy i
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import rasterio
 import torch
 
 from eoscale.cli import main as eoscale_main
+from eoscale.errors import InputError
+from eoscale.train.checkpoint import consolidate
 from eoscale.train.plan import estimate
 from tests.processes import INHERITED_NOT, ROOT
 from tests.train.strategy_fits import CONFIGS, STEPS
@@ -24,8 +29,8 @@ PLANNED = {"ddp": "ddp", "fsdp": "fsdp2", "zero2": "zero2", "zero3": "zero3"}
 
 
 @pytest.fixture(scope="module")
-def fits(store: Path, tmp_path_factory) -> dict[str, dict[int, dict]]:
-    """Each strategy's reports of rank 0 and 1, from one torchrun of two CPU ranks."""
+def fitted(store: Path, tmp_path_factory) -> Path:
+    """The folder of one torchrun of two CPU ranks that fitted each strategy (`<root>/<strategy>/`)."""
     root = tmp_path_factory.mktemp("strategies")
     environ = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
     environ.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
@@ -34,7 +39,13 @@ def fits(store: Path, tmp_path_factory) -> dict[str, dict[int, dict]]:
                             cwd=root, env=environ, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "built successfully" not in result.stdout + result.stderr  # no DeepSpeed op compiled
-    return {s: {r: torch.load(root / s / "probe" / f"rank{r}.pt", weights_only=True) for r in (0, 1)}
+    return root
+
+
+@pytest.fixture(scope="module")
+def fits(fitted: Path) -> dict[str, dict[int, dict]]:
+    """Each strategy's reports of rank 0 and 1."""
+    return {s: {r: torch.load(fitted / s / "probe" / f"rank{r}.pt", weights_only=True) for r in (0, 1)}
             for s in STRATEGIES}
 
 
@@ -61,6 +72,74 @@ def test_zero3_holds_half_the_parameters_per_rank(fits):
     for rank in (0, 1):
         assert abs(fits["zero3"][rank]["local"] / total - 0.5) < 0.01
         assert fits["zero2"][rank]["local"] == total  # ZeRO-2 keeps the parameters whole
+
+
+@pytest.mark.slow
+def test_zero_checkpoints_consolidate_into_files_that_predict(fitted: Path, store: Path, tmp_path: Path, capsys):
+    (ddp,) = (fitted / "ddp").rglob("last.ckpt")
+    ddp = torch.load(ddp, weights_only=True)
+    for strategy in ("zero2", "zero3"):
+        (folder,) = (fitted / strategy).rglob("last.ckpt")
+        assert folder.is_dir() and (folder / "latest").is_file()  # DeepSpeed's sharded folder
+        out = tmp_path / f"{strategy}.ckpt"
+        capsys.readouterr()
+        assert eoscale_main(["consolidate", str(folder), str(out)]) == 0
+        assert capsys.readouterr().out.splitlines() == [f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)"]
+        full = torch.load(out, weights_only=True)  # plain data, as a DDP fit's checkpoint
+        for key in ("eoscale", "eoscale_model", "hyper_parameters", "global_step", "eoscale_mlflow_run_id"):
+            assert key in full and type(full[key]) is type(ddp[key]), key
+        assert full["eoscale"] == ddp["eoscale"] and full["eoscale_model"] == ddp["eoscale_model"]
+        assert full["global_step"] == STEPS and "optimizer_states" not in full  # weights only
+        # every rank's partition in its place: the same 10 fp32 steps from the same start as DDP's (the steps
+        # differ by reduction order only: AdamW moves a weight at most lr = 1e-4 a step)
+        assert full["state_dict"].keys() == ddp["state_dict"].keys()
+        for name, value in full["state_dict"].items():
+            assert value.dtype == torch.float32
+            torch.testing.assert_close(value, ddp["state_dict"][name], rtol=0, atol=STEPS * 1e-4, msg=name)
+        moved = max((v - ddp["state_dict"][k]).abs().max().item() for k, v in full["state_dict"].items())
+        assert moved > 0  # not DDP's file under another name
+    # a rank's partition missing: one line, nothing written
+    broken = tmp_path / "broken.ckpt"
+    shutil.copytree(folder, broken)
+    next((broken / "checkpoint").glob("*rank_1_*optim_states.pt")).unlink()
+    assert eoscale_main(["consolidate", str(broken), str(tmp_path / "broken.out")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"eoscale consolidate: error: cannot consolidate DeepSpeed checkpoint {str(broken)!r}")
+    assert not (tmp_path / "broken.out").exists()
+    # the ZeRO-3 file maps a scene like any eoscale checkpoint
+    scene = store.parent / "scene0.tif"
+    assert eoscale_main(["predict", "--checkpoint", str(out), "--input", str(scene), "--output", str(tmp_path / "maps"),
+                         "--batch-size", "16"]) == 0
+    with rasterio.open(scene) as src, rasterio.open(tmp_path / "maps" / "scene0_landcover.tif") as landcover:
+        assert (landcover.crs, landcover.transform, landcover.shape) == (src.crs, src.transform, src.shape)
+        classes = landcover.read(1)
+        codes = {c["code"] for c in full["eoscale"]["classes"]}
+        assert set(np.unique(classes[classes != landcover.nodata]).tolist()) <= codes
+        assert (classes != landcover.nodata).mean() > 0.9  # all but the scene's nodata corner
+
+
+def test_consolidate_refuses_a_deepspeed_folder_missing_a_rank(tmp_path: Path, capsys):
+    """A folder that names its tag but lacks the files: one line, nothing written."""
+    folder = tmp_path / "last.ckpt"
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "latest").write_text("checkpoint")
+    assert eoscale_main(["consolidate", str(folder), str(tmp_path / "out.ckpt")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "no sharded checkpoint" in line and "DeepSpeed's 'latest'" in line
+    assert not (tmp_path / "out.ckpt").exists()
+
+
+def test_consolidate_reads_deepspeed_metadata_as_plain_data(tmp_path: Path):
+    """A crafted model-states file is refused before DeepSpeed's loader (which unpickles) sees the folder."""
+    from tests.test_safe_loading import Payload
+
+    marker, folder = tmp_path / "pwned", tmp_path / "last.ckpt"
+    (folder / "checkpoint").mkdir(parents=True)
+    (folder / "latest").write_text("checkpoint")
+    torch.save({"module": {}, "eoscale": Payload(marker)}, folder / "checkpoint" / "mp_rank_00_model_states.pt")
+    with pytest.raises(InputError, match="cannot read checkpoint"):
+        consolidate(folder, tmp_path / "out.ckpt")
+    assert not marker.exists() and not (tmp_path / "out.ckpt").exists()
 
 
 @pytest.fixture(scope="module")
