@@ -119,6 +119,19 @@ def get_sensor(name: str | None) -> Sensor:
     return SENSORS[key]
 
 
+def sensor_of_platform(platform: str) -> tuple[str | None, str | None]:
+    """(sensor, platform) of a platform or constellation name as STAC Items give it (`sentinel-2a`, `sentinel-2`,
+    USGS's `LANDSAT_9`, `landsat-8`); (None, None) for one the registry does not know."""
+    key = platform.strip().lower().replace("_", "-").replace(" ", "-")
+    for sensor in SENSORS.values():
+        platforms = dict(sensor.platforms)
+        if key in platforms:
+            return sensor.name, key
+        if any(p.startswith(key + "-") or p.rstrip("abcdefghijklmnopqrstuvwxyz") == key for p in platforms):
+            return sensor.name, None  # a constellation: the sensor, not which satellite
+    return None, None
+
+
 def recorded_sensor(record: str | None, bands: list[str] | tuple[str, ...]) -> str:
     """The sensor a store or checkpoint records; without a record (written before sensors were), Sentinel-2 for
     Sentinel-2 band names and what the names say otherwise (see the module docstring)."""

@@ -42,6 +42,9 @@ class PredictConfig:
     inputs: list[str] = option("--input", "scenes: multi-band GeoTIFFs or folders of one file per band (globs allowed)",
                                nargs="+", metavar="SCENE", group="source")
     output: str = option("--output", "folder for the maps, area tables and mlflow.db", required=True)
+    stac: list[str] | None = option("--stac", "scenes as STAC Items: an Item JSON, an ItemCollection JSON or a folder "
+                                    "of Item JSON files, their assets local or relative files", default=None,
+                                    nargs="+", metavar="ITEMS", group="source")
     adapter: str | None = option("--adapter", "a LoRA adapter written by a LoRA fit: adapters/NAME in the checkpoint's "
                                  "folder or one of the three above it (its run's root)", default=None, metavar="NAME")
     window: int | None = option("--window", "window size (default: the checkpoint's tile size)", default=None,
@@ -123,9 +126,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def from_args(args: argparse.Namespace) -> tuple[PredictConfig, RunOptions]:
     """The parsed command line as the two dataclasses."""
     def build(cls):
-        # --store instead of --input: no scenes (argparse leaves the other member of the group None)
-        return cls(**{f.name: [] if getattr(args, f.name) is None and f.metadata.get("nargs") else getattr(args, f.name)
-                      for f in fields(cls)})
+        # --store or --stac instead of --input: no scenes (argparse leaves the other members of the group None;
+        # --stac keeps its default None)
+        return cls(**{f.name: [] if getattr(args, f.name) is None and f.metadata.get("nargs") and f.default is MISSING
+                      else getattr(args, f.name) for f in fields(cls)})
 
     return build(PredictConfig), build(RunOptions)
 

@@ -60,6 +60,7 @@ from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 from eoscale.raster.sources import Scene, open_scene, scene_paths
+from eoscale.raster.stac import open_items
 from eoscale.sensors import parse_band_map
 from eoscale.track.profiler import Profile, Schedule
 
@@ -163,8 +164,9 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
     band_map = parse_band_map(config.band_map)
     wanted = None if band_map else list(model.contract.bands)  # which of a SAFE product's bands to take
-    scenes = [model.scene_bands(open_scene(p, band_names=config.band_names, bands=wanted), band_map)
-              for p in scene_paths(config.inputs)]
+    opened = [open_scene(p, band_names=config.band_names, bands=wanted) for p in scene_paths(config.inputs)]
+    opened += open_items(config.stac, bands=wanted) if config.stac else []  # eoscale.raster.stac
+    scenes = [model.scene_bands(scene, band_map) for scene in opened]
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")

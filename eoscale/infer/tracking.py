@@ -34,7 +34,7 @@ def log_prediction(config, result, *, tracking_uri: str | None = None, profile: 
     logger = open_run(Path(config.output), tracking_uri)
     if logger is None:
         return None
-    inputs = ",".join(config.inputs)
+    inputs = ",".join([*config.inputs, *(config.stac or [])])
     logger.log_hyperparams({
         "inputs": inputs if len(inputs) <= MAX_PARAM else inputs[: MAX_PARAM - 3] + "...",
         "scenes": len(results),

@@ -49,10 +49,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "example: eoscale ingest --scenes 'data/synthetic/scenes/*.tif' --labels 'data/synthetic/labels/*.tif' "
         "--classes data/synthetic/classes.csv --output runs/tiles.zarr"
     )
-    parser.add_argument("--scenes", nargs="+", required=True, metavar="PATH",
+    parser.add_argument("--scenes", nargs="+", default=[], metavar="PATH",
                         help="scene files or band directories, or glob patterns (quote them)")
+    parser.add_argument("--stac", nargs="+", metavar="ITEMS",
+                        help="scenes as STAC Items: an Item JSON, an ItemCollection JSON or a folder of Item JSON files "
+                             "(Sentinel-2 L2A COGs, Landsat C2 L2, RGB/RGBN), assets as local or relative files; "
+                             "bands by name, asset key or common name (--bands blue,green,red,nir)")
     parser.add_argument("--labels", nargs="+", metavar="PATH",
-                        help="label rasters of class codes (any CRS); leave out for an unlabelled store (pretraining)")
+                        help="label rasters of class codes (any CRS) or their STAC Items (e.g. ESA WorldCover's); "
+                             "leave out for an unlabelled store (pretraining)")
     parser.add_argument("--classes", metavar="CSV",
                         help="class table (code,name,color) whose order gives the class indices; default: ESA WorldCover")
     parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
@@ -64,7 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A for Landsat scenes beside Sentinel-2 ones); "
                              "only the mapped bands are kept")
     parser.add_argument("--scl-classes", type=_classes, metavar="0,1,3,…",
-                        help="Sentinel-2 SAFE products: the scene classes (SCL) that make a pixel nodata (default: "
+                        help="Sentinel-2 SAFE products and STAC Items: the scene classes (SCL) that make a pixel nodata (default: "
                              "0,1,3,8,9,10: no data, saturated, cloud shadow, cloud medium/high probability, cirrus)")
     parser.add_argument("--tile-size", type=int, default=64, help="tile edge in pixels (default: %(default)s)")
     parser.add_argument("--stride", type=int, help="pixels between tile origins (default: the tile size, no overlap)")
@@ -122,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         summary = ingest(
             args.scenes, args.output, labels=args.labels, classes=args.classes, bands=args.bands,
             band_names=args.band_names, band_map=parse_band_map(args.band_map),
-            scl_classes=args.scl_classes, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
+            scl_classes=args.scl_classes, stac=args.stac, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,

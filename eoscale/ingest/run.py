@@ -38,7 +38,8 @@ from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.writer import finalize, gather_markers, marker_path, write_shard
 from eoscale.raster.reader import SceneReader
-from eoscale.raster.sources import Scene, expand_paths, open_scenes
+from eoscale.raster.sources import Scene, open_scenes
+from eoscale.raster.stac import label_files
 from eoscale.sensors import get_sensor
 
 
@@ -84,6 +85,7 @@ def ingest(
     band_names: list[str] | None = None,
     band_map: dict[str, str] | None = None,
     scl_classes: tuple[int, ...] | None = None,
+    stac: list[str] | None = None,
     tile_size: int = 64,
     stride: int | None = None,
     shard_tiles: int = 256,
@@ -99,7 +101,8 @@ def ingest(
     verify: bool = False,
     progress: bool = True,
 ) -> IngestSummary:
-    """Cut `scenes` (paths or globs) and `labels` into a tile store at `output`. See the module docstring."""
+    """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
+    into a tile store at `output`. See the module docstring."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
@@ -110,8 +113,9 @@ def ingest(
         raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
     check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
-    scene_list = open_scenes(scenes, bands=bands, band_names=band_names, band_map=band_map, scl_classes=scl_classes)
-    label_rasters = describe_label_rasters(expand_paths(labels, what="label raster")) if labels else []
+    scene_list = open_scenes(scenes, bands=bands, band_names=band_names, band_map=band_map, scl_classes=scl_classes,
+                             stac=stac)
+    label_rasters = describe_label_rasters(label_files(labels)) if labels else []
     scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in scene_list]
     for scene in scene_list:
         if tile_size > min(scene.width, scene.height):

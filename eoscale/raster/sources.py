@@ -344,12 +344,20 @@ def check_one_sensor(scenes: list[Scene]) -> None:
 
 
 def open_scenes(patterns: list[str], *, bands: list[str] | None = None, band_names: list[str] | None = None,
-                band_map: dict[str, str] | None = None, scl_classes: tuple[int, ...] | None = None) -> list[Scene]:
-    """All scenes named by `patterns`, renamed by `band_map`, checked to hold one sensor's bands and to share one
-    band set (the `bands` subset when given)."""
+                band_map: dict[str, str] | None = None, scl_classes: tuple[int, ...] | None = None,
+                stac: list[str] | None = None) -> list[Scene]:
+    """All scenes named by `patterns` and by the STAC Items `stac` (`eoscale.raster.stac`), renamed by `band_map`,
+    checked to hold one sensor's bands and to share one band set (the `bands` subset when given)."""
+    from eoscale.raster.stac import open_items
+
     wanted = None if band_map else bands  # a product's bands to take; under a band map, --bands are the new names
-    scenes = [map_scene_bands(open_scene(p, band_names=band_names, bands=wanted, scl_classes=scl_classes), band_map or {})
-              for p in scene_paths(patterns)]
+    opened = [open_scene(p, band_names=band_names, bands=wanted, scl_classes=scl_classes) for p in scene_paths(patterns)]
+    opened += open_items(stac, bands=wanted, scl_classes=scl_classes) if stac else []
+    if not opened:
+        raise InputError("no scenes given: name them with --scenes, or their STAC items with --stac")
+    scenes = [map_scene_bands(scene, band_map or {}) for scene in opened]
+    if stac and bands and not band_map:
+        bands = [b.name for b in scenes[-1].bands]  # an Item's bands may be named by asset key or common name
     check_one_sensor(scenes)
     scenes = [select_scene_bands(s, bands) for s in scenes]
     ids = [s.id for s in scenes]

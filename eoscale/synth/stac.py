@@ -22,19 +22,15 @@ import pystac
 import rasterio
 from rio_stac.stac import create_stac_item, get_projection_info, get_raster_info
 
+from eoscale.raster.stac import LANDSAT_ASSETS, SENTINEL2_ASSETS
 from eoscale.sensors import LANDSAT_OLI, SENSORS, SENTINEL2
 
 EXTENSIONS = [f"https://stac-extensions.github.io/{name}/v1.1.0/schema.json" for name in ("eo", "raster")]
 COG = "image/tiff; application=geotiff; profile=cloud-optimized"
-# Earth Search's asset keys of the Sentinel-2 bands (its Items' `eo:bands` names are these keys too)
-SENTINEL2_ASSET = {"B01": "coastal", "B02": "blue", "B03": "green", "B04": "red", "B05": "rededge1",
-                   "B06": "rededge2", "B07": "rededge3", "B08": "nir", "B8A": "nir08", "B09": "nir09",
-                   "B11": "swir16", "B12": "swir22"}
-COMMON_NAME = {"coastal": "coastal", "blue": "blue", "green": "green", "red": "red", "rededge1": "rededge",
-               "rededge2": "rededge", "rededge3": "rededge", "nir": "nir", "nir08": "nir08", "nir09": "nir09",
-               "swir16": "swir16", "swir22": "swir22"}
-LANDSAT_ASSET = {"SR_B1": "coastal", "SR_B2": "blue", "SR_B3": "green", "SR_B4": "red", "SR_B5": "nir08",
-                 "SR_B6": "swir16", "SR_B7": "swir22"}
+# the archives' asset keys (Earth Search's for Sentinel-2, USGS's for Landsat), as eoscale reads them
+SENTINEL2_ASSET = {band: key for key, band in SENTINEL2_ASSETS.items()}
+LANDSAT_ASSET = {band: key for key, band in LANDSAT_ASSETS.items()}
+COMMON_NAME = {key: key.rstrip("123") if key.startswith("rededge") else key for key in SENTINEL2_ASSETS}
 
 
 def _raster_asset(path: Path, *, title: str, roles: list[str], eo: list[dict] | None = None,

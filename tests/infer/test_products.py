@@ -52,3 +52,24 @@ def test_generic_rgbn_model_maps_rgbn_scenes_and_refuses_sentinel2_ones(tmp_path
     s2 = tmp_path / "s2.tif"
     write_scene(s2, height=40, width=40, band_names=["B04", "B03", "B02", "B08"])
     _fails(capsys, _args(model, s2, tmp_path / "out2"), "Sentinel-2 MSI bands", "generic RGB/RGBN camera", "--band-map")
+
+
+def test_predict_maps_a_cog_stac_item_like_its_safe_product(checkpoint, tmp_path, capsys):
+    """`eoscale predict --stac ITEM` on a scene's Sentinel-2 COGs gives its SAFE product's map; an item whose asset
+    is remote is one line."""
+    for layout in ("safe", "cog"):
+        synthesize(tmp_path / layout, scenes=1, size=64, seed=2, layout=layout, nodata_fraction=0.0)
+    (item,) = (tmp_path / "cog" / "scenes").glob("*/*.json")
+    product = safe_product(tmp_path / "safe")
+    from eoscale.infer.run import PredictConfig, predict
+
+    # one run maps both (the Python API takes scene paths and STAC items together)
+    predict(PredictConfig(checkpoint=str(checkpoint), inputs=[str(product)], stac=[str(item)],
+                          output=str(tmp_path / "maps"), progress=False))
+    np.testing.assert_array_equal(read_map(tmp_path / "maps" / "S2A_32ULB_20240601_0_L2A_landcover.tif"),
+                                  read_map(tmp_path / "maps" / f"{product.name.removesuffix('.SAFE')}_landcover.tif"))
+    remote = item.with_name("remote.json")
+    remote.write_text(item.read_text().replace('"./B8A.tif"', '"https://sentinel-cogs.s3.amazonaws.com/B8A.tif"'))
+    _fails(capsys, ["--checkpoint", str(checkpoint), "--stac", str(remote), "--output", str(tmp_path / "c"),
+                    "--no-progress"], "'nir08'", "download the assets first")
+    assert not (tmp_path / "c").exists()
