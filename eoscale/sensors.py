@@ -183,6 +183,33 @@ def band_in_file_name(stem: str) -> tuple[str, str] | None:
     return (GENERIC, _GENERIC_NAMES[key]) if key in _GENERIC_NAMES else None
 
 
+# layers that real downloads hold beside the bands, by a token in their file names: what they are, for the listing of
+# skipped files (the SCL of a Sentinel-2 band folder is its mask, `eoscale.raster.sources`)
+_LAYERS = (
+    (re.compile(r"(?:^|[_\-.])SCL(?:[_\-.]|$)", re.IGNORECASE), "Sentinel-2 scene classification (SCL)"),
+    (re.compile(r"MSK_CLDPRB|CLDPRB|CLD_?PROB", re.IGNORECASE), "cloud probability, not used as the mask"),
+    (re.compile(r"cloud[_\-]?mask|(?:^|[_\-.])CLM(?:[_\-.]|$)|MSK_CLOUDS|MSK_CLASSI", re.IGNORECASE),
+     "cloud mask, not used as the mask"),
+    (re.compile(r"MSK_SNWPRB|SNW_?PROB", re.IGNORECASE), "snow probability, not used as the mask"),
+    (re.compile(r"(?:^|[_\-.])(?:TCI|visual)(?:[_\-.]|$)", re.IGNORECASE), "true-colour preview"),
+    (re.compile(r"(?:^|[_\-.])AOT(?:[_\-.]|$)", re.IGNORECASE), "aerosol optical thickness"),
+    (re.compile(r"(?:^|[_\-.])WVP(?:[_\-.]|$)", re.IGNORECASE), "water vapour"),
+    (re.compile(r"(?:^|[_\-.])ST_", re.IGNORECASE), "Landsat surface temperature layer"),
+    (re.compile(r"QA_RADSAT|SR_QA_AEROSOL|(?:^|[_\-.])QA(?:[_\-.]|$)", re.IGNORECASE), "quality flags"),
+    (re.compile(r"thumb|preview|quicklook|browse|overview", re.IGNORECASE), "preview image"),
+)
+
+
+def layer_in_file_name(stem: str) -> str | None:
+    """What a file that holds no band is, in words, from its name (a cloud mask, a TCI preview, …), or None."""
+    return next((what for pattern, what in _LAYERS if pattern.search(stem)), None)
+
+
+def is_scl_file(stem: str) -> bool:
+    """Whether a file name names a Sentinel-2 scene classification layer (`…_SCL_20m`, `SCL`)."""
+    return bool(_LAYERS[0][0].search(stem))
+
+
 def band_of_description(description: str) -> tuple[str, str] | None:
     """(sensor, band) of a band description that is the name of a band in the registry, else None."""
     key = normalise_band_name(description)

@@ -53,7 +53,8 @@ def write_landsat_folder(folder: Path, *, size: int = 64, seed: int = 0,
 
 
 def write_cluttered_band_folder(folder: Path, *, size: int = 96) -> tuple[Path, list[str]]:
-    """A Sentinel-2 band folder (10/20 m bands) with a cloud mask, a TCI preview, an AOT layer and a thumbnail beside
+    """A Sentinel-2 band folder (10/20 m bands) with a cloud mask, a TCI preview, an AOT layer, Sen2Cor's cloud
+    probability and a thumbnail beside
     the bands; returns the folder and the names of the files that are not bands."""
     scene = folder.parent / f"{folder.name}_source.tif"
     write_scene(scene, height=size, width=size)
@@ -66,9 +67,11 @@ def write_cluttered_band_folder(folder: Path, *, size: int = 96) -> tuple[Path, 
         dst.write(np.full((3, size, size), 90, np.uint8))
     with rasterio.open(folder / "T32ULB_20240612T103031_AOT_10m.tif", "w", count=1, dtype="uint16", **profile) as dst:
         dst.write(np.full((1, size, size), 120, np.uint16))
+    with rasterio.open(folder / "MSK_CLDPRB_20m.tif", "w", count=1, dtype="uint8", **profile) as dst:
+        dst.write(np.zeros((1, size, size), np.uint8))  # Sen2Cor's cloud probability, 0-100 %
     (folder / "preview.png").write_bytes(b"\x89PNG\r\n\x1a\n")
     return folder, ["cloud_mask.tif", "T32ULB_20240612T103031_TCI_10m.tif", "T32ULB_20240612T103031_AOT_10m.tif",
-                    "preview.png"]
+                    "MSK_CLDPRB_20m.tif", "preview.png"]
 
 
 def write_rgb(path: Path, *, size: int = 64, nir: bool = False, seed: int = 0) -> Path:

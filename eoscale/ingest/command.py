@@ -133,8 +133,10 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
         )
     if summary.skipped:
+        from eoscale.raster.sources import describe_skipped
+
         console.print(f"[yellow]warning:[/] skipped {len(summary.skipped)} file(s) that hold no band: "
-                      + ", ".join(summary.skipped))
+                      + ", ".join(describe_skipped(p) for p in summary.skipped))
     if summary.unmapped_label_codes:
         counts = ", ".join(f"code {c}: {n} px" for c, n in sorted(summary.unmapped_label_codes.items()))
         console.print(f"[yellow]warning:[/] label codes not in the class table were set to ignore ({counts})")

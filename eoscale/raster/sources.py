@@ -8,7 +8,8 @@ description or by a band token in its file name, as `T32ULB_20240612_B8A.tif`, `
 
 Every scene knows its sensor (`eoscale.sensors`): band names are only unique within one. Files in a band
 directory that name no band (cloud masks, TCI previews, AOT/WVP layers, thumbnails) are skipped and listed in
-`Scene.skipped`, for the caller to report once.
+`Scene.skipped`, for the caller to report once (`describe_skipped` says what a recognised one is: a cloud mask, a
+preview, …); a Sentinel-2 folder's SCL layer (`SCL.tif`, `…_SCL_20m.tif`) is its mask, as in a SAFE product.
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from eoscale.errors import InputError, InputNotFoundError
 from eoscale.sensors import (
     DEFAULT_SENSOR,
     LANDSAT_OLI,
+    SENTINEL2,
     band_in_file_name,
     band_of_description,
     get_sensor,
+    is_scl_file,
+    layer_in_file_name,
     sensor_of_bands,
 )
 
@@ -193,7 +197,7 @@ def open_scene(path: str, *, band_names: list[str] | None = None, bands: list[st
     if is_safe(path):
         return open_safe(path, bands=[normalise_band_name(b) for b in bands] if bands else None, scl_classes=scl_classes)
     if os.path.isdir(path):
-        return _open_band_directory(path)
+        return _open_band_directory(path, scl_classes=scl_classes)
     with open_raster(path) as src:
         crs = check_crs(path, src.crs)
         check_dtype(path, src.dtypes)
@@ -237,7 +241,7 @@ def nodata_of(src: rasterio.io.DatasetReader) -> float:
     return float(src.nodata) if src.nodata is not None else 0.0
 
 
-def _open_band_directory(path: str) -> Scene:
+def _open_band_directory(path: str, *, scl_classes: tuple[int, ...] | None = None) -> Scene:
     files = sorted(f for f in Path(path).iterdir() if f.suffix.lower() in _IMAGE_SUFFIXES)
     if not any(f.suffix.lower() in RASTER_SUFFIXES for f in files):
         raise InputError(f"scene directory {path!r} holds no raster files ({', '.join(RASTER_SUFFIXES)})")
@@ -284,6 +288,12 @@ def _open_band_directory(path: str) -> Scene:
         from eoscale.raster.landsat import calibrate
 
         bands, radiometry, class_mask, used = calibrate(path, bands, skipped)
+    scl = [p for p in skipped if is_scl_file(Path(p).stem)]
+    if sensor.name == SENTINEL2 and scl:  # a Sentinel-2 COG folder's SCL.tif: the mask, as in a SAFE product
+        from eoscale.raster.safe import SCL_NODATA_CLASSES
+
+        class_mask = ClassMask("SCL", scl[0], SCL_NODATA_CLASSES if scl_classes is None else tuple(scl_classes))
+        used = [scl[0]]
     return Scene(
         id=Path(path).name,
         bands=tuple(bands),
@@ -298,6 +308,12 @@ def _open_band_directory(path: str) -> Scene:
         class_mask=class_mask,
         skipped=tuple(p for p in skipped if p not in used),
     )
+
+
+def describe_skipped(path: str) -> str:
+    """A skipped file for the listing: its path, and what it is when its name says (`eoscale.sensors`)."""
+    what = layer_in_file_name(Path(path).stem)
+    return f"{path} ({what})" if what else path
 
 
 def select_scene_bands(scene: Scene, wanted: list[str] | None) -> Scene:

@@ -162,6 +162,11 @@ def test_band_folder_with_files_that_are_not_bands_ingests(tmp_path, capsys):
     lines = [line for line in err.splitlines() if line.strip()]
     warnings = [line for line in lines if "warning" in line]
     assert len(warnings) == 1 and all(name in warnings[0] for name in extras), err
+    # recognised layers are said for what they are
+    for said in ("cloud_mask.tif (cloud mask, not used as the mask)", "TCI_10m.tif (true-colour preview)",
+                 "AOT_10m.tif (aerosol optical thickness)", "MSK_CLDPRB_20m.tif (cloud probability, not used as the mask)",
+                 "preview.png (preview image)"):
+        assert said in warnings[0], warnings[0]
     attrs = zarr.open_group(tmp_path / "s.zarr", mode="r").attrs
     assert attrs[schema.ATTR_BANDS] == ["B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12"]
     assert not any(name in json.dumps(attrs[schema.ATTR_INPUTS]) for name in extras)

@@ -69,6 +69,7 @@ def stores(sets, tmp_path_factory):
     classes = str(sets / "safe" / "classes.csv")
     runs = {"safe": ["--scenes", str(safe_product(sets / "safe")), "--labels", *labels],
             "cog": ["--stac", str(item_of(sets, "cog")), "--labels", *label_item],
+            "cog-folder": ["--scenes", str(item_of(sets, "cog").parent)],
             "landsat-folder": ["--scenes", str(item_of(sets, "landsat").parent)],
             "landsat": ["--stac", str(item_of(sets, "landsat"))]}
     for name, args in runs.items():
@@ -93,6 +94,17 @@ def test_one_scene_from_safe_and_from_cog_stac_gives_identical_tiles(stores):
                                                           "from": "raster:bands"}
     assert scene["mask"]["layer"] == "SCL" and scene["mask"]["path"].endswith("SCL.tif")
     assert any(r["path"].endswith(".json") for r in cog.attrs[schema.ATTR_INPUTS])  # the item is an input
+
+
+def test_cog_folder_without_its_item_masks_with_its_scl_but_keeps_the_offset(stores):
+    """Given as a band folder, a COG folder's SCL.tif is its mask (the same pixels are nodata as through its Item), but
+    without the Item's raster:bands nothing says that its baseline 05.10 DNs carry +1000: they stay as they are."""
+    item, folder = stores["cog"], stores["cog-folder"]
+    scene = folder.attrs[schema.ATTR_SCENES][0]
+    assert scene["mask"]["layer"] == "SCL" and scene["mask"]["path"].endswith("SCL.tif")
+    a, b = item[schema.IMAGES][:], folder[schema.IMAGES][:]
+    np.testing.assert_array_equal(a == 0, b == 0)
+    assert (b[a != 0].astype(np.int32) - a[a != 0] == 1000).all()
 
 
 def test_landsat_item_gives_the_folders_tiles(stores):
