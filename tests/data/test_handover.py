@@ -31,7 +31,7 @@ def _by_tile(batches) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     return {t: (b["image"][i], b["label"][i]) for b in batches for i, t in enumerate(b["tile"].tolist())}
 
 
-def test_buffers_are_reused_and_kept_batches_stay_intact(store, slots_used):
+def test_buffers_are_reused_and_kept_batches_stay_intact(store, slots_used, request):
     expected = TileDataModule(store, batch_size=4, num_workers=0)
     expected.setup("validate")
     reference = _by_tile([{k: v.clone() for k, v in b.items()} for b in expected.val_dataloader()])
@@ -39,6 +39,7 @@ def test_buffers_are_reused_and_kept_batches_stay_intact(store, slots_used):
     dm = TileDataModule(store, batch_size=4, num_workers=2)
     dm.setup("validate")
     loader = dm.val_dataloader()
+    request.addfinalizer(loader.close)  # its workers stop now, not at a garbage collection (TileLoader.close)
     for _ in range(2):  # batches dropped at once: the workers take the same few buffers again
         for batch in loader:
             assert set(batch) == {"image", "label", "tile"} and batch["image"].dtype == torch.uint16
@@ -52,10 +53,11 @@ def test_buffers_are_reused_and_kept_batches_stay_intact(store, slots_used):
         assert torch.equal(got[tile][0], image) and torch.equal(got[tile][1], label), f"tile {tile} changed"
 
 
-def test_epochs_cut_short_do_not_use_up_the_buffers(store, slots_used):
+def test_epochs_cut_short_do_not_use_up_the_buffers(store, slots_used, request):
     dm = TileDataModule(store, batch_size=4, num_workers=1)
     dm.setup("fit")
     loader = dm.train_dataloader()
+    request.addfinalizer(loader.close)
     for epoch in range(2 * Handover.SLOTS):  # as limit_train_batches does: the queued batches are thrown away
         loader.set_epoch(epoch)
         next(iter(loader))
@@ -64,10 +66,11 @@ def test_epochs_cut_short_do_not_use_up_the_buffers(store, slots_used):
     assert all(slot >= 0 for _, slot in slots_used)
 
 
-def test_a_user_worker_init_fn_still_runs_and_is_not_wrapped_twice(store):
+def test_a_user_worker_init_fn_still_runs_and_is_not_wrapped_twice(store, request):
     dm = TileDataModule(store, batch_size=8, num_workers=1)
     dm.setup("validate")
     loader = dm.val_dataloader()
+    request.addfinalizer(loader.close)
     copy = type(loader)(loader.dataset, num_workers=1, worker_init_fn=loader.worker_init_fn)  # as Lightning does
     assert copy.worker_init_fn.args == (copy.handover, None)
     calls = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -75,14 +78,15 @@ def test_a_user_worker_init_fn_still_runs_and_is_not_wrapped_twice(store):
     def init(worker_id):
         calls.add_(1)
 
-    mine = type(loader)(loader.dataset, num_workers=1, worker_init_fn=init, persistent_workers=False)
-    assert len(list(mine)) == len(loader) and int(calls) == 1
+    with type(loader)(loader.dataset, num_workers=1, worker_init_fn=init, persistent_workers=False) as mine:
+        assert len(list(mine)) == len(loader) and int(calls) == 1
 
 
-def test_the_main_process_maps_each_buffer_once_and_unmaps_it_when_the_workers_stop(store, slots_used):
+def test_the_main_process_maps_each_buffer_once_and_unmaps_it_when_the_workers_stop(store, slots_used, request):
     dm = TileDataModule(store, batch_size=2, num_workers=2)
     dm.setup("validate")
     loader = dm.val_dataloader()
+    request.addfinalizer(loader.close)
     expected = [t for batch in loader for t in batch["tile"].tolist()]
     before = set(handover._MAPPED)  # the persistent workers' of `loader`
     mine = type(loader)(loader.dataset, num_workers=2, persistent_workers=False)
@@ -117,14 +121,17 @@ def test_shared_memory_off_uses_no_private_allocator(store, monkeypatch):
     for options in ({"shared_memory": False}, {"shared_memory": False, "labels": False}):
         dm = TileDataModule(store, batch_size=4, num_workers=1, seed=3, **options)
         dm.setup("fit")
-        assert sum(len(b["tile"]) for b in dm.train_dataloader()) > 0
+        with dm.train_dataloader() as loader:
+            assert sum(len(b["tile"]) for b in loader) > 0
     dm = TileDataModule(store, batch_size=4, num_workers=1, seed=3)
     dm.setup("fit")
     loader = dm.train_dataloader()
     loader.handover = None  # the plain path with the switch on: it does allocate there (the test can fail)
     loader.dataset.private_shared = True
+    plain = iter(torch.utils.data.DataLoader(loader.dataset, batch_size=None, num_workers=1))
     with pytest.raises(Exception, match="_new_shared called"):
-        list(torch.utils.data.DataLoader(loader.dataset, batch_size=None, num_workers=1))
+        list(plain)
+    plain._shutdown_workers()  # now, not at a garbage collection (see TileLoader.close)
 
 
 @pytest.mark.parametrize("switch", ["shared_memory", "direct_decode"])
@@ -138,7 +145,8 @@ def test_each_switch_leaves_tile_order_and_batches_unchanged(store, switch):
                 assert loader.handover is None  # no private hooks: the DataLoader's own iterator
             else:
                 assert not loader.dataset._open()[0].direct  # whole shards through zarr
-        return [{k: v.clone() for k, v in b.items()} for b in loader]
+        with loader:
+            return [{k: v.clone() for k, v in b.items()} for b in loader]
 
     on, off = batches(), batches(**{switch: False})
     assert [b["tile"].tolist() for b in on] == [b["tile"].tolist() for b in off]
