@@ -10,7 +10,7 @@ from eoscale.cli import main
 from eoscale.synth import synthesize
 from tests.checkpoints import make_checkpoint
 from tests.infer.test_bad_input import _args, _fails
-from tests.products import safe_product, write_landsat_folder, write_rgb
+from tests.products import safe_product, write_rgb
 from tests.rasters import read_map, write_scene
 
 
@@ -31,7 +31,8 @@ def test_predict_maps_safe_products_of_both_baselines_alike(checkpoint, tmp_path
 
 
 def test_sentinel2_model_refuses_landsat_bands_unless_mapped(tmp_path, capsys):
-    landsat = write_landsat_folder(tmp_path / "LC09_L2SP_196025_20230612", size=48)
+    # a Landsat 9 C2 L2 folder as `eoscale synth --layout landsat` writes it (48 px of 30 m)
+    landsat = synthesize(tmp_path / "ls", scenes=1, size=144, seed=1, layout="landsat").scene_paths[0]
     four = make_checkpoint(tmp_path / "four.ckpt", bands=("B02", "B03", "B04", "B8A"))
     line = _fails(capsys, _args(four, landsat, tmp_path / "out"), "Landsat 8/9 OLI bands", "Sentinel-2 MSI",
                   "--band-map")
