@@ -118,6 +118,31 @@ def test_landsat_item_gives_the_folders_tiles(stores):
     assert scene["radiometry"]["raster_bands"]["SR_B5"]["asset"] == "nir08"
 
 
+def test_planetary_computer_style_item_falls_back_on_the_processing_baseline(sets, stores, tmp_path):
+    """Assets keyed B02…B12 and SCL, eo:bands named B02…, no raster:bands: the offset comes from the item's
+    s2:processing_baseline (05.10: -1000), so the tiles are the Earth Search-style item's."""
+    from eoscale.raster.stac import SENTINEL2_ASSETS
+
+    def planetary(data, folder):
+        assets = {}
+        for key, asset in data["assets"].items():
+            asset.pop("raster:bands", None)
+            band = SENTINEL2_ASSETS.get(key)
+            if band:
+                asset["eo:bands"][0]["name"] = band
+            assets[band or key.upper()] = asset
+        data["assets"] = assets
+
+    assert main(["ingest", "--stac", broken_item(sets, tmp_path, planetary), "--labels",
+                 str(sets / "worldcover" / "item.json"), "--classes", str(sets / "safe" / "classes.csv"),
+                 "--output", str(tmp_path / "pc.zarr"), "--tile-size", "16", "--workers", "1", "-q",
+                 "--min-valid", "0.1"]) == 0  # as the `stores` fixture ingests
+    pc = zarr.open_group(tmp_path / "pc.zarr", mode="r")
+    np.testing.assert_array_equal(pc[schema.IMAGES][:], stores["cog"][schema.IMAGES][:])
+    factors = pc.attrs[schema.ATTR_SCENES][0]["radiometry"]["raster_bands"]["B8A"]
+    assert factors == {"asset": "B8A", "scale": 0.0001, "offset": -0.1, "from": "s2:processing_baseline 05.10"}
+
+
 def test_item_collection_folder_of_items_and_bands_by_common_name(sets, tmp_path, capsys):
     """An ItemCollection elsewhere (hrefs made absolute) and a folder holding an Item, bands named by common name and
     asset key, in the order given."""
