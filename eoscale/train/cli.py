@@ -65,6 +65,8 @@ class ShortErrorParser(LightningArgumentParser):
         text = lines[0] if lines else "invalid arguments"
         if detail and detail not in text:
             text = f"{text} ({detail})"
+        if "offload" in text and "not accepted" in text:  # an offload option on DDP or FSDP
+            text += ": offloading is DeepSpeed ZeRO's (--config configs/strategy/zero3_offload.yaml)"
         words = self.prog.split()
         prog = f"eoscale {words[-1]}" if words and words[-1] in ("fit", "validate", "test") else "eoscale"
         sys.stderr.write(f"{prog}: error: {text}\n")
@@ -177,6 +179,9 @@ class EoscaleCLI(LightningCLI):
         root = config.trainer.get("default_root_dir") or os.getcwd()
         loggers = config.trainer.logger
         run_id = None
+        from eoscale.train.zero import check_strategy_choice
+
+        check_strategy_choice(config.trainer.get("strategy"))  # Lightning's own DeepSpeed strategies: ours instead
         if self.subcommand == "fit":
             resumed = _resume_checkpoint(config.get("ckpt_path"), Path(root), config.get("checkpoint.dirpath"))
             run_id = resume_run_id(resumed)

@@ -29,6 +29,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
 
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 
@@ -45,9 +46,11 @@ class ZeroStrategy(DeepSpeedStrategy):
 
     strategy_name = "eoscale_zero"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        check_zero_config(self.config or {})  # before any rank starts: the config (or config file) is known here
+
     def setup_environment(self) -> None:
-        if self.zero_stage not in (1, 2, 3):
-            raise InputError(f"ZeRO stage={self.zero_stage!r} is not one of 1, 2, 3")
         if isinstance(self.accelerator, CUDAAccelerator):
             super().setup_environment()
             return
@@ -117,8 +120,47 @@ class ZeroStrategy(DeepSpeedStrategy):
         config["zero_force_ds_cpu_optimizer"] = False
         return config
 
-    def _initialize_deepspeed_train(self, model: Any) -> None:
-        if "optimizer" in (self.config or {}):
-            raise InputError("give the optimizer in the model's config (AdamW), not in the DeepSpeed config: "
-                             "DeepSpeed's own optimizers compile CUDA/C++ ops on first use")
-        super()._initialize_deepspeed_train(model)
+
+
+def check_zero_config(config: dict) -> None:
+    """Refuse, in one line, a DeepSpeed config that ZeRO on eoscale cannot run as the user meant: a stage other
+    than 1-3, parameter offload below stage 3 (DeepSpeed ignores it there: the parameters stay whole on every
+    device), offload to NVMe (DeepSpeed's async_io op, compiled on first use), an optimizer of DeepSpeed's own."""
+    zero = config.get("zero_optimization") or {}
+    stage = zero.get("stage")
+    if stage not in (1, 2, 3):
+        raise InputError(f"ZeRO stage={stage!r} is not one of 1, 2, 3: use configs/strategy/zero2.yaml or zero3.yaml")
+    if zero.get("offload_param") and stage != 3:
+        raise InputError(f"offload_parameters needs ZeRO stage 3 (stage={stage} keeps whole parameters on every "
+                         "device): use configs/strategy/zero3_offload.yaml, or offload_optimizer alone")
+    for key, option in (("offload_optimizer", "offload_optimizer_device"), ("offload_param", "offload_params_device")):
+        device = (zero.get(key) or {}).get("device", "cpu")
+        if device != "cpu":
+            raise InputError(f"{option}={device!r}: eoscale offloads to cpu only (NVMe offload needs DeepSpeed's "
+                             "async_io op, compiled on first use)")
+    if "optimizer" in config:
+        raise InputError("give the optimizer in the model's config (AdamW), not in the DeepSpeed config: "
+                         "DeepSpeed's own optimizers compile CUDA/C++ ops on first use")
+
+
+def check_strategy_choice(strategy: Any) -> None:
+    """Before the Trainer is built (a config's `trainer.strategy`: a name, or class_path and init_args), refuse in
+    one line Lightning's own DeepSpeed strategies (`--trainer.strategy deepspeed_stage_3`, or its class: they run
+    on CUDA only and build a ZeRO-3 model inside `zero.Init`, where timm's weight init is lost) and a
+    `ZeroStrategy` whose DeepSpeed config `check_zero_config` refuses (jsonargparse, building it later, would
+    replace the message by its own "does not validate")."""
+    name = strategy if isinstance(strategy, str) else getattr(strategy, "class_path", None)
+    if not isinstance(name, str):
+        return
+    if name == f"{__name__}.{ZeroStrategy.__name__}":
+        init_args = getattr(strategy, "init_args", None) or {}
+        try:
+            ZeroStrategy(**(init_args.as_dict() if hasattr(init_args, "as_dict") else dict(init_args)))
+        except MisconfigurationException as err:  # Lightning's: e.g. a config file that does not exist
+            raise InputError(str(err).strip().splitlines()[0]) from err
+        return
+    if name.startswith("deepspeed") or name.rsplit(".", 1)[-1] == "DeepSpeedStrategy":
+        stage = name.removeprefix("deepspeed_stage_").replace("_offload", " with offload") if name.startswith(
+            "deepspeed_stage_") else "2 or 3"
+        raise InputError(f"--trainer.strategy {name}: use eoscale's ZeRO fragments instead (ZeRO {stage}: "
+                         "--config configs/strategy/zero2.yaml, zero3.yaml or zero3_offload.yaml)")
