@@ -201,3 +201,16 @@ def test_not_an_item_and_no_scenes(tmp_path, capsys):
     code, err = ingest(capsys, tmp_path / "s.zarr")
     assert_one_line_error(code, err, "--scenes", "--stac")
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_landsat_folder_reads_the_xml_mtl_without_the_text_one(sets, tmp_path):
+    from eoscale.raster.sources import open_scene
+
+    folder = shutil.copytree(item_of(sets, "landsat").parent, tmp_path / item_of(sets, "landsat").parent.name)
+    next(folder.glob("*_MTL.txt")).unlink()
+    xml = next(folder.glob("*_MTL.xml"))
+    xml.write_text(xml.read_text().replace("<REFLECTANCE_MULT_BAND_5>2.75E-05<", "<REFLECTANCE_MULT_BAND_5>3.00E-05<"))
+    scene = open_scene(str(folder))
+    assert scene.radiometry["source"].endswith("_MTL.xml")
+    assert scene.radiometry["reflectance_factors"]["SR_B5"] == {"mult": 3e-5, "add": -0.2}
+    assert scene.radiometry["reflectance_factors"]["SR_B4"] == {"mult": 2.75e-5, "add": -0.2}
