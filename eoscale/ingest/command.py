@@ -40,7 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Cut GeoTIFF/COG scenes and label rasters into a sharded Zarr v3 tile store that training streams from. "
         "Each scene is a multi-band file (bands named by their descriptions) or a directory with one file per "
-        "band (20 m bands are resampled onto the 10 m grid). Label rasters may be in any CRS and resolution: they "
+        "band (20 m bands are resampled onto the 10 m grid), a Sentinel-2 L2A .SAFE product, a Landsat C2 L2 folder, or "
+        "a STAC Item (--stac). Label rasters may be in any CRS and resolution: they "
         "are reprojected onto each scene with nearest neighbour and their codes mapped through the class table. "
         "Interrupted runs resume when rerun with the same arguments and unchanged inputs (path, size and "
         "modification time of every file, or its content with --verify)."
