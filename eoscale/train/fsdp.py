@@ -29,7 +29,7 @@ class FSDP2Strategy(ModelParallelStrategy):
 
     Args:
         data_parallel_size: ranks that shard the model among them ("auto": all of them).
-        tensor_parallel_size: 1 (eoscale applies no tensor parallelism).
+        tensor_parallel_size: 1 (tensor parallelism is `eoscale.train.tp.TensorParallelStrategy`'s).
         activation_checkpointing: recompute each block's activations in the backward pass (less memory,
             about a third more compute).
         reshard_after_forward: free the gathered parameters after each block's forward (ZeRO-3); `False`
@@ -62,8 +62,15 @@ class FSDP2Strategy(ModelParallelStrategy):
     def setup_environment(self) -> None:
         # num_nodes and the devices per node are known before the process group starts; the parent's
         # "auto" would mean one data-parallel group per node and tensor parallelism inside it
+        world, tp = self.num_nodes * self.num_processes, int(self._tensor_parallel_size)
         if self._data_parallel_size == "auto":
-            self._data_parallel_size = self.num_nodes * self.num_processes // int(self._tensor_parallel_size)
+            if world % tp:
+                raise InputError(f"tensor_parallel_size={tp} does not divide the world size {world} (nodes × devices): "
+                                 f"give a divisor of {world}, or more devices")
+            self._data_parallel_size = world // tp
+        if int(self._data_parallel_size) * tp != world:
+            raise InputError(f"tensor_parallel_size={tp} × data_parallel_size={self._data_parallel_size} is not the "
+                             f"world size {world} (nodes × devices): set sizes whose product is {world}")
         super().setup_environment()
 
 
@@ -80,7 +87,12 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, *, strategy: Any = None, pre
 
     if "data_parallel" in (mesh.mesh_dim_names or ()):
         if mesh["tensor_parallel"].size() != 1:
-            raise InputError("eoscale shards with FSDP only: set tensor_parallel_size=1")
+            if not getattr(strategy, "tensor_parallel", False):
+                raise InputError("FSDP2Strategy shards with FSDP only: set tensor_parallel_size=1, or use "
+                                 "configs/strategy/fsdp2_tp.yaml (eoscale.train.tp.TensorParallelStrategy)")
+            from eoscale.train.tp import parallelize_vit
+
+            parallelize_vit(model, mesh["tensor_parallel"])  # the blocks split first, then sharded by FSDP2
         mesh = mesh["data_parallel"]
     try:
         blocks = shardable_blocks(model)

@@ -97,6 +97,17 @@ class BaseTask(LightningModule):
         """Choose what trains (and add adapters) once the starting weights are in; default: everything."""
         return model
 
+    def configure_gradient_clipping(self, optimizer: Any, gradient_clip_val: float | None = None,
+                                    gradient_clip_algorithm: str | None = None) -> None:
+        # tensor parallelism leaves gradients on two device meshes, which torch's clip_grad_norm_ cannot mix
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and getattr(
+                self._trainer and self._trainer.strategy, "tensor_parallel", False):
+            from eoscale.train.tp import clip_grad_norm
+
+            clip_grad_norm(self.parameters(), gradient_clip_val)
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
     def read_datamodule(self, datamodule: Any) -> None:
         """Take what the model's shape depends on from the datamodule (subclasses extend)."""
 
