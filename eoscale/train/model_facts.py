@@ -41,6 +41,14 @@ class ModelFacts:
     tile: int
     in_chans: int
     precision: str | None  # the config's trainer.precision (None: eoscale's default for the hardware)
+    # tensor parallelism (`eoscale.train.tp`): ViT blocks, their attention heads, tokens and width, and the
+    # parameter elements the column/row-wise layers split (0 for a backbone without ViT blocks)
+    blocks: int = 0
+    heads: int = 0
+    tokens: int = 0
+    embed_dim: int = 0
+    tp_split: int = 0
+    tp_split_trainable: int = 0
 
 
 def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> ModelFacts:
@@ -90,12 +98,31 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
     except InputError:
         units = []
     rest = params - sum(units)
+    vit = _vit_facts(model)
     fixed, per_sample = saved_activation_bytes(model, in_chans=in_chans, tile=tile)
     name = str(task.hparams.get("backbone", type(model).__name__))
     return ModelFacts(name=name, params=params, trainable=trainable, largest_unit=max([rest, *units]),
                       activations_per_sample=per_sample, activations_fixed=fixed,
                       batch_size=int(batch_size or getattr(data, "batch_size", 1)), tile=tile, in_chans=in_chans,
-                      precision=config.trainer.get("precision"))
+                      precision=config.trainer.get("precision"), **vit)
+
+
+def _vit_facts(model: nn.Module) -> dict[str, int]:
+    """What tensor parallelism splits of `model`: the ModelFacts fields `blocks` .. `tp_split_trainable`."""
+    from eoscale.train.tp import check_divisible
+
+    try:
+        blocks = check_divisible(model, 1)
+    except InputError:
+        return {}
+    split = [p for b in blocks for layer in (b.attn.qkv, b.mlp.fc1) for p in layer.parameters()]
+    split += [b.attn.proj.weight for b in blocks] + [b.mlp.fc2.weight for b in blocks]  # row-wise biases stay whole
+    net = getattr(getattr(model, "backbone", None), "net", None)
+    embed = getattr(net, "patch_embed", None)
+    tokens = int(getattr(embed, "num_patches", 0) or 0) + int(getattr(net, "num_prefix_tokens", 0) or 0)
+    return {"blocks": len(blocks), "heads": int(blocks[0].attn.num_heads), "tokens": tokens,
+            "embed_dim": int(blocks[0].attn.qkv.in_features), "tp_split": sum(p.numel() for p in split),
+            "tp_split_trainable": sum(p.numel() for p in split if p.requires_grad)}
 
 
 def _data_facts(task: Any, data: Any) -> tuple[int, int, int]:

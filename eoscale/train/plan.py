@@ -2,7 +2,8 @@
 
     eoscale plan --config configs/vit_l16_seg.yaml --gpus-per-node 4 --gpu-memory 40GB --nodes 1,2,4,16
 
-For DDP, FSDP2, DeepSpeed ZeRO-2, ZeRO-3 and ZeRO-3 with the optimizer offloaded to the CPU, at each node count:
+For DDP, FSDP2, DeepSpeed ZeRO-2, ZeRO-3, ZeRO-3 with the optimizer offloaded to the CPU and FSDP2 × tensor
+parallelism (ViTs), at each node count:
 the memory each GPU holds (parameters, gradients, optimizer state, activations at the config's per-device
 batch and tile, communication buffers), whether that fits, and the bytes each rank sends per step.
 
@@ -17,11 +18,16 @@ meta device, saved activations measured). The state follows what each implementa
 | ZeRO-2 | P·d | T·d/W | T·(8+4)/W (an fp32 master partition, copied even in fp32) |
 | ZeRO-3 | P·d/W | T·d/W | T·(8+4)/W (the same master partition; measured in fp32 too) |
 | ZeRO-3 offload | P·d/W | T·d/W | 0 on the GPU (T·12/W in host memory) |
+| FSDP2×TP | (S/t + P−S)·p/D | (Sₜ/t + T−Sₜ)·g/D | (Sₜ/t + T−Sₜ)·8/D |
 
-P parameters, T of them trainable, W ranks; p = g = 4 (Lightning keeps fp32 parameters under `*-mixed`,
+P parameters, T of them trainable, W ranks; under FSDP2×TP, W = t·D: t tensor-parallel ranks (within a node:
+the largest divisor of the heads and the GPUs per node) split the S (Sₜ trainable) elements of each block's
+qkv/fc1 (with biases) and proj/fc2 weights, D data-parallel ranks shard everything; its activations are
+planned whole (an upper bound: the blocks' inner activations are split t ways, their inputs are not); p = g = 4 (Lightning keeps fp32 parameters under `*-mixed`,
 autocast casts per op), 2 under `bf16-true`; d = DeepSpeed's parameter dtype (2 under bf16, 4 in fp32).
 Sent per step (ring algorithms: each collective sends (W-1)/W of its buffer): DDP all-reduces the
-gradients (2×); FSDP2 and ZeRO-3 gather the parameters twice (forward, backward) and reduce-scatter the
+gradients (2×); FSDP2×TP all-reduces each block's B·N·E activations 4 times a step over the t ranks
+(2·(t−1)/t of them each) and does FSDP2's traffic on its share over the D ranks; FSDP2 and ZeRO-3 gather the parameters twice (forward, backward) and reduce-scatter the
 gradients; ZeRO-2 reduce-scatters the gradients and gathers the updated parameters. `eoscale.train.state`
 measures the state of a running rank; the tests hold the two within 10 %.
 """
@@ -35,8 +41,9 @@ from dataclasses import dataclass
 from eoscale.errors import InputError
 from eoscale.train.model_facts import ModelFacts
 
-STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3", "zero3_offload")
-LABELS = {"ddp": "DDP", "fsdp2": "FSDP2", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero3_offload": "ZeRO-3+offload"}
+STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3", "zero3_offload", "fsdp2_tp")
+LABELS = {"ddp": "DDP", "fsdp2": "FSDP2", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero3_offload": "ZeRO-3+offload",
+          "fsdp2_tp": "FSDP2×TP"}
 ADAM = 8  # AdamW's two moments, fp32
 MASTER = 4  # an fp32 master copy
 HEADROOM = 0.9  # the share of a GPU's memory training may use (CUDA context, allocator fragmentation)
@@ -69,9 +76,15 @@ class Estimate:
         return self.total <= HEADROOM * gpu_memory
 
 
+def tp_size(facts: ModelFacts, gpus_per_node: int) -> int:
+    """FSDP2×TP's tensor-parallel size: the largest divisor of the heads that divides the GPUs of a node."""
+    return max([t for t in range(1, gpus_per_node + 1) if gpus_per_node % t == 0 and facts.heads % t == 0] or [1])
+
+
 def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "32-true",
-             bucket: int = BUCKET) -> Estimate:
-    """The memory and traffic of one rank of `world` training `facts`' model under `strategy`."""
+             bucket: int = BUCKET, tp: int = 1) -> Estimate:
+    """The memory and traffic of one rank of `world` training `facts`' model under `strategy` (`tp`: the
+    tensor-parallel size of fsdp2_tp, which divides `world`)."""
     if strategy not in STRATEGIES:
         raise InputError(f"strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
     P, T, W = facts.params, facts.trainable, world
@@ -85,6 +98,15 @@ def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "
     gathered = 2 * facts.largest_unit * (2 if half else p)  # the unit in use and the one prefetched
     if strategy == "ddp":
         return Estimate(strategy, W, P * p, T * p, T * adam, act, 0.0, 2 * ring * T * p)
+    if strategy == "fsdp2_tp":
+        D = max(world // tp, 1)
+        local = facts.tp_split / tp + P - facts.tp_split  # elements of one tensor-parallel rank, before FSDP2
+        local_t = facts.tp_split_trainable / tp + T - facts.tp_split_trainable
+        block = facts.batch_size * facts.tokens * facts.embed_dim * (2 if half else 4)
+        sent = ((D - 1) / D * (2 * local * (2 if half else p) + local_t * 4)
+                + 4 * facts.blocks * 2 * (tp - 1) / tp * block)
+        buffers = 2 * facts.largest_unit / tp * (2 if half else p) if D > 1 else 0.0
+        return Estimate(strategy, W, local * p / D, local_t * p / D, local_t * adam / D, act, buffers, sent)
     if strategy == "fsdp2":
         # eoscale.train.fsdp gathers bf16 parameters and reduces fp32 gradients under bf16 on GPUs
         sent = ring * (2 * P * (2 if half else p) + T * 4)
@@ -132,6 +154,8 @@ def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory
         f"activations: {facts.activations_per_sample / 1e6:.1f} MB per sample at fp32 (saved for the backward, "
         "measured on the meta device at batch 1 and 2)",
         "GB per GPU; sent = GB each rank sends per step",
+        *([f"FSDP2×TP: each block split over {tp_size(facts, gpus_per_node)} GPUs of a node ({facts.heads} heads), "
+           "FSDP2 over the nodes' other ranks"] if facts.heads else []),
         "",
         f"{'nodes':>5} {'GPUs':>5}  {'strategy':<15}{'params':>8}{'grads':>8}{'optim':>8}{'activ':>8}{'buffers':>8}"
         f"{'total':>8}  {'fits':<5}{'sent':>8}",
@@ -139,7 +163,9 @@ def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory
     for n in nodes:
         world = n * gpus_per_node
         for strategy in STRATEGIES:
-            e = estimate(facts, strategy, world, precision=precision)
+            if strategy == "fsdp2_tp" and not facts.heads:
+                continue  # not a ViT: nothing to split
+            e = estimate(facts, strategy, world, precision=precision, tp=tp_size(facts, gpus_per_node))
             fits = "yes" if e.fits(gpu_memory) else "no"
             host = f"  (+{_gb(e.host)} GB in host memory)" if e.host else ""
             lines.append(f"{n:>5} {world:>5}  {LABELS[strategy]:<15}{_gb(e.params):>8}{_gb(e.grads):>8}"
