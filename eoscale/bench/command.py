@@ -17,6 +17,7 @@ BENCHMARKS = {
     "predict": ("eoscale.bench.predict", "predict throughput against the model's own forward on in-memory windows; cost of each overlap"),
     "launchers": ("eoscale.bench.launchers", "the same config on 2 workers under torchrun and Ray Train: steady-state samples/s ratio, start-up overhead"),
     "serve": ("eoscale.bench.serve", "Triton server (eoscale serve) throughput against the in-process forward at batch 16; 1-window latency; 1/4/16 clients"),
+    "strategies": ("eoscale.bench.strategies", "DDP, FSDP2, ZeRO-2, ZeRO-3 at W=2 on one ViT-S: per-rank state bytes and step time ÷ DDP's, eoscale plan's prediction beside each"),
     "train": ("eoscale.bench.train", "fit vs a plain PyTorch loop, DDP 2×1 vs 1×1 samples/s, FSDP2 vs DDP per-rank memory"),
 }
 
