@@ -78,7 +78,8 @@ def test_metrics_are_synced_over_two_ranks():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
+    # forked, not spawned: a spawned process imports torch, Lightning and torchmetrics again (~8 s each here)
+    ctx = mp.get_context("fork")
     out = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, port, expected, out)) for r in (0, 1)]
     for p in procs:
