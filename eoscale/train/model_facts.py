@@ -64,8 +64,9 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
 
         def add_arguments_to_parser(self, parser: Any) -> None:
             super().add_arguments_to_parser(parser)
-            # a precision the config does not name is the GPU's (bf16-mixed), not this machine's
-            parser.set_defaults({"trainer.precision": None})
+            # a precision the config does not name is the GPU's (bf16-mixed), not this machine's; no MLflow
+            # logger (instantiated with the config, it created mlflow.db in the working directory)
+            parser.set_defaults({"trainer.precision": None, "trainer.logger": False})
 
         def before_instantiate_classes(self) -> None:
             pass
