@@ -168,6 +168,12 @@ class EoscaleCLI(LightningCLI):
             if isinstance(err, UserError):
                 raise
             raise InputError(str(err).strip().splitlines()[0]) from err
+        last = getattr(self, "_last_checkpoint", None)
+        if last is not None:
+            # the same file on every rank: Lightning's own "last" looks in <experiment>/<run>/checkpoints as each
+            # rank's MLflow logger names them, and only rank 0's knows its experiment (measured: rank 1 started
+            # afresh while rank 0 resumed, and the two hung in different collectives). The logged config keeps "last"
+            self.config_init[self.subcommand].ckpt_path = last
         # the config's `model.*` and `data.*` params say it once (eoscale.train.params); Lightning's copy of the
         # same hparams, unprefixed and with LightningCLI's internals, would say it twice more
         for part in (getattr(self, "model", None), getattr(self, "datamodule", None)):
@@ -185,6 +191,8 @@ class EoscaleCLI(LightningCLI):
         if self.subcommand == "fit":
             resumed = _resume_checkpoint(config.get("ckpt_path"), Path(root), config.get("checkpoint.dirpath"))
             run_id = resume_run_id(resumed)
+            if config.get("ckpt_path") == "last" and resumed is not None:
+                self._last_checkpoint = str(resumed)  # fit resumes from it (instantiate_classes)
         for logger in loggers if isinstance(loggers, list) else [loggers]:
             # MLflow's SQLite store and artifacts live in the run directory, beside the checkpoints
             if isinstance(logger, Namespace) and logger.get("class_path") == LOGGER:

@@ -5,6 +5,9 @@ config fragment, as a user would, so the DDP, FSDP2 and ZeRO tests share one sta
 fit` of two ranks costs 25-30 s here, most of it imports). `StateProbe` writes what each rank saw.
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m tests.train.strategy_fits OUT STORE ddp zero2
+
+A name `<strategy>+resume` fits `<strategy>` again in the same folder with `--ckpt_path last` for `RESUMED` more
+steps (probe in `OUT/<strategy>+resume/probe`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from lightning import Callback
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STEPS = 10
+RESUMED = 2  # steps of a `+resume` fit after the first fit's STEPS
 # a ViT small enough for seconds of CPU per fit, big enough that its state dwarfs the bookkeeping around it
 VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.backbone_kwargs", "{depth: 4}",
        "--model.init_args.decoder_channels", "32", "--model.init_args.lr", "1e-4"]
@@ -31,6 +35,9 @@ class StateProbe(Callback):
         self.folder, self.at_step = Path(folder), at_step
         self.losses: list[float] = []
         self.state: dict | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.start_step = trainer.global_step  # a resumed fit: the step of its checkpoint
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.losses.append(float(outputs["loss"]))
@@ -51,19 +58,23 @@ class StateProbe(Callback):
                 total += p.numel()
         self.folder.mkdir(parents=True, exist_ok=True)
         torch.save({"losses": self.losses, "state": self.state, "local": local, "total": total,
-                    "world_size": trainer.world_size, "step": trainer.global_step},
+                    "world_size": trainer.world_size, "step": trainer.global_step, "start_step": self.start_step,
+                    "run_id": str(trainer.logger.run_id) if trainer.global_rank == 0 else None},
                    self.folder / f"rank{trainer.global_rank}.pt")
 
 
-def fit_args(store: str, root: Path, strategy: str) -> list[str]:
-    """`eoscale fit` of the tiny ViT under `strategy` (a fragment in configs/strategy/) on 2 CPU ranks."""
+def fit_args(store: str, root: Path, name: str) -> list[str]:
+    """`eoscale fit` of the tiny ViT under strategy `name` (a fragment in configs/strategy/) on 2 CPU ranks, or
+    its resumption (`<strategy>+resume`)."""
+    strategy, resume = name.removesuffix("+resume"), name.endswith("+resume")
     return ["fit", "--config", str(CONFIGS / "smoke.yaml"), "--config", str(CONFIGS / "strategy" / f"{strategy}.yaml"),
             *VIT, "--data.init_args.store", store, "--data.init_args.batch_size", "4", "--data.init_args.augment", "false",
-            "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.max_steps", str(STEPS),
+            "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+            "--trainer.max_steps", str(STEPS + RESUMED if resume else STEPS),
             "--trainer.val_check_interval", str(STEPS), "--trainer.gradient_clip_val", "0.5",
             "--trainer.default_root_dir", str(root / strategy),
             "--trainer.callbacks+=tests.train.strategy_fits.StateProbe",
-            f"--trainer.callbacks.folder={root / strategy / 'probe'}"]
+            f"--trainer.callbacks.folder={root / name / 'probe'}", *(["--ckpt_path", "last"] if resume else [])]
 
 
 def main(argv: list[str]) -> None:

@@ -22,7 +22,7 @@ from eoscale.errors import InputError
 from eoscale.train.checkpoint import consolidate
 from eoscale.train.plan import estimate
 from tests.processes import INHERITED_NOT, ROOT
-from tests.train.strategy_fits import CONFIGS, STEPS
+from tests.train.strategy_fits import CONFIGS, RESUMED, STEPS
 
 STRATEGIES = ("ddp", "fsdp", "zero2", "zero3")
 PLANNED = {"ddp": "ddp", "fsdp": "fsdp2", "zero2": "zero2", "zero3": "zero3"}
@@ -35,7 +35,7 @@ def fitted(store: Path, tmp_path_factory) -> Path:
     environ = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
     environ.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             "-m", "tests.train.strategy_fits", str(root), str(store), *STRATEGIES],
+                             "-m", "tests.train.strategy_fits", str(root), str(store), *STRATEGIES, "zero3+resume"],
                             cwd=root, env=environ, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "built successfully" not in result.stdout + result.stderr  # no DeepSpeed op compiled
@@ -89,13 +89,15 @@ def test_zero_checkpoints_consolidate_into_files_that_predict(fitted: Path, stor
         for key in ("eoscale", "eoscale_model", "hyper_parameters", "global_step", "eoscale_mlflow_run_id"):
             assert key in full and type(full[key]) is type(ddp[key]), key
         assert full["eoscale"] == ddp["eoscale"] and full["eoscale_model"] == ddp["eoscale_model"]
-        assert full["global_step"] == STEPS and "optimizer_states" not in full  # weights only
-        # every rank's partition in its place: the same 10 fp32 steps from the same start as DDP's (the steps
+        # ZeRO-3's last.ckpt is its resumed fit's (test_zero3_resumes_...), in the same run's folder
+        steps = STEPS + RESUMED if strategy == "zero3" else STEPS
+        assert full["global_step"] == steps and "optimizer_states" not in full  # weights only
+        # every rank's partition in its place: the same fp32 steps from the same start as DDP's 10 (the steps
         # differ by reduction order only: AdamW moves a weight at most lr = 1e-4 a step)
         assert full["state_dict"].keys() == ddp["state_dict"].keys()
         for name, value in full["state_dict"].items():
             assert value.dtype == torch.float32
-            torch.testing.assert_close(value, ddp["state_dict"][name], rtol=0, atol=STEPS * 1e-4, msg=name)
+            torch.testing.assert_close(value, ddp["state_dict"][name], rtol=0, atol=steps * 1e-4, msg=name)
         moved = max((v - ddp["state_dict"][k]).abs().max().item() for k, v in full["state_dict"].items())
         assert moved > 0  # not DDP's file under another name
     # a rank's partition missing: one line, nothing written
@@ -116,6 +118,17 @@ def test_zero_checkpoints_consolidate_into_files_that_predict(fitted: Path, stor
         codes = {c["code"] for c in full["eoscale"]["classes"]}
         assert set(np.unique(classes[classes != landcover.nodata]).tolist()) <= codes
         assert (classes != landcover.nodata).mean() > 0.9  # all but the scene's nodata corner
+
+
+@pytest.mark.slow
+def test_zero3_resumes_from_its_folder_at_the_same_world_size(fitted: Path, fits):
+    """`--ckpt_path last` on two ranks: both restore the sharded folder (each rank had looked for "last" in the folder
+    its own MLflow logger named, and only rank 0's knows the run: rank 1 started afresh and the ranks hung)."""
+    resumed = {r: torch.load(fitted / "zero3+resume" / "probe" / f"rank{r}.pt", weights_only=True) for r in (0, 1)}
+    for rank in (0, 1):
+        assert resumed[rank]["start_step"] == STEPS and resumed[rank]["step"] == STEPS + RESUMED
+        assert len(resumed[rank]["losses"]) == RESUMED
+    assert resumed[0]["run_id"] == fits["zero3"][0]["run_id"]  # the same MLflow run goes on
 
 
 def test_consolidate_refuses_a_deepspeed_folder_missing_a_rank(tmp_path: Path, capsys):
