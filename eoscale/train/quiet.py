@@ -8,7 +8,10 @@ eoscale user nothing or something wrong:
   run on a login node or a laptop is deliberate);
 - `isinstance(treespec, LeafSpec)` is deprecated (Lightning's own use of torch's pytree, not ours);
 - "Your `IterableDataset` has `__len__` defined": `TileStream`'s length is exact per rank and worker (every rank
-  yields the same number of batches by construction, `eoscale.data.partition`), which is why it has one.
+  yields the same number of batches by construction, `eoscale.data.partition`), which is why it has one;
+- "It is recommended to use `self.log('val_miou', ..., sync_dist=True)`", once per epoch metric on every
+  distributed fit: those values come from torchmetrics' `compute()`, which has all-reduced them already
+  (`SegmentationTask._log_epoch`); following the advice would average them again.
 
 `ModelSummary` is Lightning's rich model summary without the FLOPs column and "Total FLOPs: 0" line, which
 Lightning prints for every model that sets no `example_input_array`; `ProgressBar` is its rich progress bar
@@ -29,6 +32,7 @@ NOISE = (
     r"The `srun` command is available on your system but is not used",
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
     r"Your `IterableDataset` has `__len__` defined",
+    r"It is recommended to use `self.log\('(val|test)_(accuracy|f1|miou|iou/)",
 )
 
 
@@ -83,7 +87,17 @@ class ModelSummary(RichModelSummary):
 
 
 class ProgressBar(RichProgressBar):
-    """Lightning's rich progress bar; a run bounded by steps shows `step s/max_steps`, not `Epoch e/-2`."""
+    """Lightning's rich progress bar; a run bounded by steps shows `step s/max_steps`, not `Epoch e/-2`; and it
+    computes the epoch's metrics on every rank, not on rank 0 alone (see `on_train_epoch_end`)."""
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # Lightning's bar shows the epoch's metrics on rank 0 only, and computing one logged with sync_dist
+        # all-reduces it: on rank 0 alone, while the other ranks are already in the next collective (eoscale's
+        # throughput monitor's at this same hook). Measured: a 2-rank fit with the bar on died at its first epoch's
+        # end ("Received data size doesn't match expected size", gloo). Computed here on every rank, in the same
+        # order, they are cached for the bar, the monitor's collectives match, and Lightning logs the same values.
+        trainer.callback_metrics  # noqa: B018  (the property computes and caches every epoch metric)
+        super().on_train_epoch_end(trainer, pl_module)
 
     def _get_train_description(self, current_epoch: int) -> str:  # Lightning 2.6's hook for this text
         trainer = self.trainer

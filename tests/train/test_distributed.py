@@ -29,14 +29,16 @@ def _fit(store: Path, root: Path, strategy: str, *extra: str, steps: int = 4, de
                       *extra], cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return {r: torch.load(report / f"rank{r}.pt", weights_only=True) for r in range(devices)} | {
-        f"start{r}": torch.load(report / f"startrank{r}.pt", weights_only=True) for r in range(devices)}
+        f"start{r}": torch.load(report / f"startrank{r}.pt", weights_only=True) for r in range(devices)} | {
+        "printed": result.stdout + result.stderr}
 
 
 @pytest.fixture(scope="module")
 def ddp_run(store: Path, tmp_path_factory) -> tuple[Path, dict]:
-    """Four steps of DDP on two gloo ranks, logging every 2 steps; the run folder and reports."""
+    """Four steps of DDP on two gloo ranks, logging every 2 steps, with the progress bar; the run folder and
+    reports."""
     root = tmp_path_factory.mktemp("ddp")
-    return root, _fit(store, root, "ddp", "--trainer.log_every_n_steps", "2")
+    return root, _fit(store, root, "ddp", "--trainer.log_every_n_steps", "2", "--trainer.enable_progress_bar", "true")
 
 
 @pytest.mark.slow
@@ -100,6 +102,23 @@ def test_fsdp_resumes_on_another_world_size_and_consolidates(fsdp_run, store: Pa
     assert ranks["start0"]["step"] == 4 and ranks[0]["step"] == 6
     for name, value in ranks["start0"]["local"].items():
         torch.testing.assert_close(value, full["state_dict"][name], rtol=0, atol=0, msg=name)
+
+
+# what a successful fit must not print (issue 13, fault 8): advertisements, third-party deprecations, MLflow's and
+# Lightning's lines about creating a new store and experiment, "Epoch 0/-2" of a run bounded by steps, and
+# Lightning's advice to log the epoch metrics with sync_dist=True (torchmetrics' compute() has all-reduced them
+# already: following it would average them twice)
+NOISE = ("litlogger", "LeafSpec", "`IterableDataset` has `__len__`", "Total FLOPs", "/-2", "Traceback",
+         "srun` command is available", "Creating initial MLflow database tables", "not found. Creating it.",
+         "sync_dist=True")
+
+
+@pytest.mark.slow
+def test_a_ddp_fit_prints_its_progress_and_no_known_noise(ddp_run):
+    printed = ddp_run[1]["printed"]
+    assert "Trainable params" in printed and "to step 4" in printed  # the summary and progress are still there
+    found = [n for n in NOISE if n in printed]
+    assert not found, f"noise {found} in:\n{printed[-3000:]}"
 
 
 @pytest.mark.slow
