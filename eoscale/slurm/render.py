@@ -119,6 +119,9 @@ def render_job(profile: str | Profile, template: str, values: dict[str, Any] | N
         context["master_port"] = Shell("$((20000 + SLURM_JOB_ID % 20000))")  # distinct per job on shared nodes
     if name in settings.TRAIN:
         context["strategy_config"] = f"configs/strategy/{job['strategy']}.yaml"
+    if name == "ray" and job["strategy"] not in settings.RAY_STRATEGIES:
+        raise InputError(f"strategy={job['strategy']} does not run under Ray Train (it runs "
+                         f"{' or '.join(settings.RAY_STRATEGIES)}): submit it with the fit or pretrain template")
     if name == "predict":
         context.update(_scene_array(job))
     try:

@@ -132,10 +132,13 @@ def _data_facts(task: Any, data: Any) -> tuple[int, int, int]:
     store = getattr(data, "store", None)
     if store is not None and os.path.exists(store):
         return int(data.num_bands), int(data.num_classes), int(data.tile_size)
-    if None in (h.get("in_chans"), h.get("num_classes"), h.get("img_size")):
-        raise InputError(f"no tile store at {store!r} to read bands, classes and tile size from: ingest it first, "
-                         "or set model.init_args.in_chans, num_classes and img_size in a config")
-    return int(h.in_chans), int(h.num_classes), int(h.img_size)
+    # pretraining tasks (MAE, DINO) have no classes: their configs need only bands and tile size
+    needed = ("in_chans", "num_classes", "img_size") if "num_classes" in h else ("in_chans", "img_size")
+    if any(h.get(name) is None for name in needed):
+        raise InputError(f"no tile store at {store!r} to read bands{', classes' if 'num_classes' in h else ''} and "
+                         f"tile size from: ingest it first, or set {', '.join(f'model.init_args.{n}' for n in needed)} "
+                         "in a config")
+    return int(h.in_chans), int(h.get("num_classes") or 0), int(h.img_size)
 
 
 def saved_activation_bytes(model: nn.Module, *, in_chans: int, tile: int, device: str = "meta") -> tuple[int, int]:

@@ -226,7 +226,7 @@ def test_a_predict_task_reads_scene_names_verbatim(stubs, tmp_path):
     ({"time": "01:60:00"}, "expected a time limit"),
     ({"account": "$(id)"}, "bad value for account: expected a name of letters, digits and _.+-"),
     ({"partition": "booster\n#SBATCH --nodes=999"}, "control characters"),
-    ({"strategy": "deepspeed"}, "expected one of ddp, fsdp"),
+    ({"strategy": "deepspeed"}, "expected one of ddp, fsdp, zero2, zero3, zero3_offload, fsdp2_tp"),
     ({"requeue": "maybe"}, "expected true or false"),
     ({"colour": "red"}, "unknown setting 'colour': choose one of account, adapters, args,"),
     ({"checkpoint": "m.ckpt"}, "setting 'checkpoint' does not apply to template 'fit': it takes account, args,"),
@@ -268,3 +268,16 @@ def test_a_profile_file_and_a_template_file_of_ones_own(tmp_path):
     assert "#SBATCH --partition=gpu" in script and "#SBATCH --time=04:00:00" in script
     assert "echo '$(hostname)'" in script
     assert re.search(r"job-name=eoscale-hello$", script, re.M)
+
+
+def test_every_strategy_fragment_can_be_named_by_a_job():
+    from eoscale.cluster import settings
+
+    fragments = {p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "strategy").glob("*.yaml")}
+    assert set(settings.STRATEGIES) == fragments
+    for strategy in settings.STRATEGIES:
+        script = render("juwels-booster", "pretrain", {"account": "proj42", "nodes": 2, "strategy": strategy,
+                                                        "config": "configs/mae_vit_h14_pretrain.yaml"})
+        assert f"--config configs/mae_vit_h14_pretrain.yaml \\\n    --config configs/strategy/{strategy}.yaml" in script
+    with pytest.raises(InputError, match="strategy=zero3 does not run under Ray Train"):
+        render("local", "ray", {"config": "configs/smoke.yaml", "strategy": "zero3"})

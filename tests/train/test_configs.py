@@ -13,7 +13,7 @@ OPTIONS = {CONFIGS / "profile.yaml"}  # options of any run, not a model: `--conf
 MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if p not in OPTIONS)
 # backbones too large to train even one step in the suite (a ViT-L step on 2 CPU cores took 33 s): parsed and
 # instantiated here, not fast-dev-run (issue 17: "the large configs are parse-tested")
-LARGE_CONFIGS = {CONFIGS / "vit_l16_seg.yaml"}
+LARGE_CONFIGS = {CONFIGS / "vit_l16_seg.yaml", CONFIGS / "mae_vit_h14_pretrain.yaml"}
 FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
 # overlays of one config each: the quick start's small versions (pipelines/quickstart.yaml)
 OVERLAYS = {CONFIGS / "quickstart" / "pretrain.yaml": CONFIGS / "mae_pretrain.yaml",

@@ -198,11 +198,27 @@ def test_plan_command_prints_every_strategy_for_vit_l(store: Path, tmp_path: Pat
     assert code == 0
     assert "vit_large_patch16_224" in out and "bf16-mixed" in out
     rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["1"], ["2"])]
-    assert [r[2] for r in rows] == ["DDP", "FSDP2", "ZeRO-2", "ZeRO-3", "ZeRO-3+offload"] * 2
+    assert [r[2] for r in rows] == ["DDP", "FSDP2", "ZeRO-2", "ZeRO-3", "ZeRO-3+offload", "FSDP2×TP"] * 2
     params = float(out.split(" M parameters")[0].split()[-1])
     assert 300 < params < 320  # ViT-L/16's 304 M and the decoder
-    ddp, zero3 = rows[5], rows[8]  # at 2 nodes (8 GPUs)
+    ddp, zero3 = rows[6], rows[9]  # at 2 nodes (8 GPUs)
     assert float(zero3[3]) == pytest.approx(float(ddp[3]) / 16, rel=0.05)  # bf16 shards of fp32 weights, W=8
+
+
+def test_the_vit_h_mae_config_plans_before_its_store_exists(tmp_path: Path, capsys):
+    # a pretraining task has no classes: bands and tile size in a config are enough to plan it
+    overlay = tmp_path / "shape.yaml"
+    overlay.write_text("model:\n  init_args:\n    in_chans: 10\n    img_size: 224\n")
+    config = str(CONFIGS / "mae_vit_h14_pretrain.yaml")
+    assert eoscale_main(["plan", "--config", config, "--nodes", "1"]) == 2
+    assert "set model.init_args.in_chans, model.init_args.img_size in a config" in capsys.readouterr().err
+    assert eoscale_main(["plan", "--config", config, "--config", str(overlay), "--nodes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "vit_huge_patch14_224" in out and "batch 32 per GPU, bf16-mixed" in out
+    assert 630 < float(out.split(" M parameters")[0].split()[-1]) < 700  # ViT-H/14's 632 M and the MAE decoder
+    rows = {r[2]: r for r in (line.split() for line in out.splitlines()) if r[:1] == ["1"]}
+    assert set(rows) == {"DDP", "FSDP2", "ZeRO-2", "ZeRO-3", "ZeRO-3+offload", "FSDP2×TP"}
+    assert all(r[9] == "yes" for r in rows.values())  # every strategy fits a 40 GB A100 (the config's comment)
 
 
 def test_plan_refuses_bad_input_in_one_line(tmp_path: Path, capsys):
