@@ -15,6 +15,7 @@ preview, …); a Sentinel-2 folder's SCL layer (`SCL.tif`, `…_SCL_20m.tif`) is
 from __future__ import annotations
 
 import glob
+import json
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -288,6 +289,11 @@ def _open_band_directory(path: str, *, scl_classes: tuple[int, ...] | None = Non
         from eoscale.raster.landsat import calibrate
 
         bands, radiometry, class_mask, used = calibrate(path, bands, skipped)
+    if sensor.name == SENTINEL2 and (item := _stac_item_in(path)) is not None:
+        # its raster:bands (or processing baseline) say how the DNs map to reflectance; a plain band folder would
+        # keep baseline ≥ 04.00's +1000 offset and mix it with other scenes' reflectance unnoticed
+        raise InputError(f"scene directory {path!r} holds its STAC Item {item.name}, which states the bands' scale "
+                         f"and offset: ingest it with --stac {item} instead")
     scl = [p for p in skipped if is_scl_file(Path(p).stem)]
     if sensor.name == SENTINEL2 and scl:  # a Sentinel-2 COG folder's SCL.tif: the mask, as in a SAFE product
         from eoscale.raster.safe import SCL_NODATA_CLASSES
@@ -308,6 +314,18 @@ def _open_band_directory(path: str, *, scl_classes: tuple[int, ...] | None = Non
         class_mask=class_mask,
         skipped=tuple(p for p in skipped if p not in used),
     )
+
+
+def _stac_item_in(folder: str) -> Path | None:
+    """A STAC Item JSON file in `folder` (a COG product downloaded with its Item), if there is one."""
+    for f in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("type") == "Feature" and "stac_version" in data:
+            return f
+    return None
 
 
 def describe_skipped(path: str) -> str:

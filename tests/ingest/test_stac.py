@@ -67,9 +67,12 @@ def stores(sets, tmp_path_factory):
     labels = [str(sets / "worldcover" / "ESA_WorldCover_10m_2021_v200_N51E006_Map.tif")]
     label_item = [str(sets / "worldcover" / "item.json")]
     classes = str(sets / "safe" / "classes.csv")
+    # the COG product's folder without its Item (a folder with it is refused: test_cog_folder_with_its_item_…)
+    bare = shutil.copytree(item_of(sets, "cog").parent, out / "cog-bare" / item_of(sets, "cog").parent.name,
+                           ignore=shutil.ignore_patterns("*.json"))
     runs = {"safe": ["--scenes", str(safe_product(sets / "safe")), "--labels", *labels],
             "cog": ["--stac", str(item_of(sets, "cog")), "--labels", *label_item],
-            "cog-folder": ["--scenes", str(item_of(sets, "cog").parent)],
+            "cog-folder": ["--scenes", str(bare)],
             "landsat-folder": ["--scenes", str(item_of(sets, "landsat").parent)],
             "landsat": ["--stac", str(item_of(sets, "landsat"))]}
     for name, args in runs.items():
@@ -105,6 +108,18 @@ def test_cog_folder_without_its_item_masks_with_its_scl_but_keeps_the_offset(sto
     a, b = item[schema.IMAGES][:], folder[schema.IMAGES][:]
     np.testing.assert_array_equal(a == 0, b == 0)
     assert (b[a != 0].astype(np.int32) - a[a != 0] == 1000).all()
+
+
+def test_cog_folder_with_its_item_is_refused_as_a_band_folder(sets, tmp_path, capsys):
+    # the Item states the +1000 offset of baseline 05.10: read as a plain band folder it would be kept unnoticed
+    folder, item = item_of(sets, "cog").parent, item_of(sets, "cog")
+    code = main(["ingest", "--scenes", str(folder), "--classes", str(sets / "safe" / "classes.csv"),
+                 "--output", str(tmp_path / "t.zarr"), "--tile-size", "16", "-q"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"eoscale ingest: error: scene directory {str(folder)!r} holds its STAC Item "
+                                 f"{item.name}, which states the bands' scale and offset: ingest it with --stac "
+                                 f"{item} instead"], err
+    assert not (tmp_path / "t.zarr").exists()
 
 
 def test_landsat_item_gives_the_folders_tiles(stores):
