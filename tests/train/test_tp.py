@@ -8,9 +8,6 @@ device: with one data-parallel rank, the tensor-parallel pair takes the same bat
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,7 @@ import torch
 from eoscale.cli import main as eoscale_main
 from eoscale.errors import InputError
 from eoscale.train.plan import estimate
-from tests.processes import INHERITED_NOT, ROOT
+from tests.processes import torchrun
 from tests.train.strategy_fits import CONFIGS, STEPS
 from tests.train.tp_fits import QKV, fit_args, fixed_input
 
@@ -28,11 +25,7 @@ from tests.train.tp_fits import QKV, fit_args, fixed_input
 def tp_run(store: Path, tmp_path_factory) -> Path:
     """The folder the torchrun of two CPU ranks wrote (tests.train.tp_fits)."""
     root = tmp_path_factory.mktemp("tp")
-    environ = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
-    environ.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             "-m", "tests.train.tp_fits", str(root), str(store)],
-                            cwd=root, env=environ, capture_output=True, text=True, timeout=600)
+    result = torchrun("tests.train.tp_fits", [str(root), str(store)], root)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "sequential all_" not in result.stderr  # DTensor's 2-D gather warnings stay out of the user's sight
     return root

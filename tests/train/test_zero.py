@@ -6,10 +6,7 @@ One torchrun of two ranks runs `eoscale fit` of a tiny ViT under each strategy i
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +18,7 @@ from eoscale.cli import main as eoscale_main
 from eoscale.errors import InputError
 from eoscale.train.checkpoint import consolidate
 from eoscale.train.plan import estimate
-from tests.processes import INHERITED_NOT, ROOT
+from tests.processes import torchrun
 from tests.train.strategy_fits import CONFIGS, RESUMED, STEPS
 
 STRATEGIES = ("ddp", "fsdp", "zero2", "zero3")
@@ -32,11 +29,7 @@ PLANNED = {"ddp": "ddp", "fsdp": "fsdp2", "zero2": "zero2", "zero3": "zero3"}
 def fitted(store: Path, tmp_path_factory) -> Path:
     """The folder of one torchrun of two CPU ranks that fitted each strategy (`<root>/<strategy>/`)."""
     root = tmp_path_factory.mktemp("strategies")
-    environ = {k: v for k, v in os.environ.items() if k not in INHERITED_NOT}
-    environ.update({"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"})
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             "-m", "tests.train.strategy_fits", str(root), str(store), *STRATEGIES, "zero3+resume"],
-                            cwd=root, env=environ, capture_output=True, text=True, timeout=600)
+    result = torchrun("tests.train.strategy_fits", [str(root), str(store), *STRATEGIES, "zero3+resume"], root)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "built successfully" not in result.stdout + result.stderr  # no DeepSpeed op compiled
     return root
