@@ -28,7 +28,8 @@ VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.
 
 class StateProbe(Callback):
     """Each step's training loss; at step `at_step` (gradients and optimizer state both exist) the state
-    bytes this rank holds (`eoscale.train.state`); at the end, the share of the parameters it holds.
+    bytes this rank holds (`eoscale.train.state`); at the end, the share of the parameters it holds (ZeRO-3
+    partitions, DTensor shards) and rank 0's MLflow run (None in a fit without a logger).
     Written to `<folder>/rank<r>.pt`."""
 
     def __init__(self, folder: str, at_step: int = 2) -> None:
@@ -59,7 +60,7 @@ class StateProbe(Callback):
         self.folder.mkdir(parents=True, exist_ok=True)
         torch.save({"losses": self.losses, "state": self.state, "local": local, "total": total,
                     "world_size": trainer.world_size, "step": trainer.global_step, "start_step": self.start_step,
-                    "run_id": str(trainer.logger.run_id) if trainer.global_rank == 0 else None},
+                    "run_id": str(trainer.logger.run_id) if trainer.global_rank == 0 and trainer.logger else None},
                    self.folder / f"rank{trainer.global_rank}.pt")
 
 

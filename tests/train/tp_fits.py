@@ -4,7 +4,7 @@
 
 In order, on both ranks: (1) the forward of a tiny ViT split over 2 tensor-parallel ranks (and FSDP2 over the
 data-parallel dimension) beside the same ViT whole; (2) `eoscale fit` of the tiny ViT under
-configs/strategy/fsdp2_tp.yaml, 10 steps, as a user runs it (`TPProbe`: losses, state bytes; `Outputs`: the
+configs/strategy/fsdp2_tp.yaml, 10 steps, as a user runs it (`strategy_fits.StateProbe`: losses, state bytes; `Outputs`: the
 trained network's output on a fixed input); (3) the same fit resumed from its sharded checkpoint for one more
 step (`Outputs` again, as the resumed run starts); (4) the fit of a ViT whose 3 heads do not split in 2
 (`errors.txt`: its exit code and error output).
@@ -28,33 +28,6 @@ VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.
 QKV = "model.backbone.net.blocks.0.attn.qkv.weight"
 
 
-class TPProbe(Callback):
-    """Each step's training loss; at step 2 (gradients and optimizer state both exist) the state bytes this rank
-    holds (`eoscale.train.state`); at the end, the parameter elements it holds: `<folder>/rank<r>.pt`. (The fits
-    run without a logger, so this is tests.train.strategy_fits.StateProbe without what needs one.)"""
-
-    def __init__(self, folder: str, at_step: int = 2) -> None:
-        self.folder, self.at_step = Path(folder), at_step
-        self.losses: list[float] = []
-        self.state: dict | None = None
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.losses.append(float(outputs["loss"]))
-
-    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        if trainer.global_step == self.at_step:
-            from eoscale.train.state import measure_state
-
-            self.state = measure_state(pl_module, optimizer).to_dict()
-
-    def on_fit_end(self, trainer, pl_module) -> None:
-        local = sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in pl_module.parameters())
-        self.folder.mkdir(parents=True, exist_ok=True)
-        torch.save({"losses": self.losses, "state": self.state, "local": local,
-                    "total": sum(p.numel() for p in pl_module.parameters()), "world_size": trainer.world_size,
-                    "step": trainer.global_step}, self.folder / f"rank{trainer.global_rank}.pt")
-
-
 def fixed_input(in_chans: int, tile: int) -> torch.Tensor:
     return torch.randn(2, in_chans, tile, tile, generator=torch.Generator().manual_seed(1))
 
@@ -69,7 +42,7 @@ def fit_args(store: str, root: Path, name: str, *, strategy: str | None = "fsdp2
             "--trainer.val_check_interval", str(STEPS), "--trainer.limit_val_batches", "1", "--trainer.logger", "false",
             "--trainer.gradient_clip_val", "0.5",
             "--trainer.default_root_dir", str(root / name), "--checkpoint.dirpath", str(root / name / "checkpoints"),
-            "--trainer.callbacks+=tests.train.tp_fits.TPProbe", f"--trainer.callbacks.folder={root / name / 'probe'}"]
+            "--trainer.callbacks+=tests.train.strategy_fits.StateProbe", f"--trainer.callbacks.folder={root / name / 'probe'}"]
 
 
 class Outputs(Callback):
