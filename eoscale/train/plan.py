@@ -16,7 +16,7 @@ meta device, saved activations measured). The state follows what each implementa
 | DDP | P·p | T·g | T·8 |
 | FSDP2 | P·p/W | T·g/W | T·8/W |
 | ZeRO-2 | P·d | T·d/W | T·(8+4)/W (an fp32 master partition, copied even in fp32) |
-| ZeRO-3 | P·d/W | T·d/W | T·(8+4)/W (the same master partition; measured in fp32 too) |
+| ZeRO-3 | P·d/W | T·d/W | T·(8+m)/W (m = 4, the master partition, under bf16/fp16; in fp32 the partition is its own master: m = 0) |
 | ZeRO-3 offload | P·d/W | T·d/W | 0 on the GPU (T·12/W in host memory) |
 | FSDP2×TP | (S/t + P−S)·p/D | (Sₜ/t + T−Sₜ)·g/D | (Sₜ/t + T−Sₜ)·8/D |
 
@@ -116,8 +116,9 @@ def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "
         return Estimate(strategy, W, P * d, T * d / W, T * (ADAM + MASTER) / W, act, buffers, ring * (T * d + P * d))
     buffers = min(bucket, T) * d + gathered
     sent = ring * (2 * P * d + T * d)
-    if strategy == "zero3":
-        return Estimate(strategy, W, P * d / W, T * d / W, T * (ADAM + MASTER) / W, act, buffers, sent)
+    if strategy == "zero3":  # eoscale.train.zero lets an fp32 partition be its own master copy
+        master = MASTER if half else 0
+        return Estimate(strategy, W, P * d / W, T * d / W, T * (ADAM + master) / W, act, buffers, sent)
     return Estimate(strategy, W, P * d / W, T * d / W, 0.0, act, buffers, sent, host=T * (ADAM + MASTER) / W)
 
 
