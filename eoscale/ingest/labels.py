@@ -7,10 +7,12 @@ a scene, the first one (in the order given) with data at a pixel wins.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import rasterio
+from affine import Affine
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 from rasterio.warp import reproject, transform_bounds
@@ -61,38 +63,64 @@ def labels_for_scene(scene: Scene, rasters: list[LabelRaster]) -> list[LabelRast
     return hits
 
 
-def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTable) -> tuple[np.ndarray, dict[int, int]]:
-    """Class indices on the scene's grid (uint8, `IGNORE_INDEX` where unknown) and counts of unmapped codes."""
-    codes = np.zeros((scene.height, scene.width), dtype=np.int64)
-    have = np.zeros((scene.height, scene.width), dtype=bool)
-    for raster in rasters:
-        with open_raster(raster.path) as src:
-            # int32 destination holds every integer code type GDAL warps; -1 marks "no data here"
-            warped = np.full((scene.height, scene.width), -1, dtype=np.int32)
-            reproject(
-                source=rasterio.band(src, 1),
-                destination=warped,
-                src_transform=src.transform,
-                src_crs=src.crs,
-                src_nodata=raster.nodata,
-                dst_transform=scene.transform,
-                dst_crs=scene.crs,
-                dst_nodata=-1,
-                resampling=Resampling.nearest,
-            )
-        fill = (~have) & (warped != -1)
-        codes[fill] = warped[fill]
-        have |= fill
-    if not have.any():
+# pixels of the scene grid warped at a time: ~14 bytes each (the warped codes, their int64 copy, masks), so a
+# label task holds ~30 MB whatever the scene's area (a whole 10,980² Sentinel-2 tile at once took ~2.5 GB)
+STRIP_PIXELS = 1 << 21
+
+
+def strip_rows(width: int, pixels: int = STRIP_PIXELS) -> int:
+    """Rows of a strip of `width` pixels that holds about `pixels` pixels (at least one row)."""
+    return max(1, pixels // max(width, 1))
+
+
+def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTable, *,
+                     pixels: int = STRIP_PIXELS) -> Iterator[tuple[int, np.ndarray, dict[int, int]]]:
+    """Class indices on the scene's grid (uint8, `IGNORE_INDEX` where unknown), in strips of whole rows from the
+    top: (first row, the strip, counts of its unmapped codes). An error names the scene when no strip holds label
+    data (raised after the last strip).
+
+    Strips span the whole width: GDAL warps a destination row by row, and a row's source coordinates depend
+    only on the row (its approximate transformer interpolates along the row), so strips give the codes of one
+    warp of the whole scene while holding only `pixels` pixels at a time."""
+    step = strip_rows(scene.width, pixels)
+    seen_data = False
+    sources = [open_raster(r.path) for r in rasters]
+    try:
+        for row in range(0, scene.height, step):
+            height = min(step, scene.height - row)
+            codes = np.zeros((height, scene.width), dtype=np.int64)
+            have = np.zeros((height, scene.width), dtype=bool)
+            transform = scene.transform * Affine.translation(0, row)
+            for raster, src in zip(rasters, sources, strict=True):
+                # int32 destination holds every integer code type GDAL warps; -1 marks "no data here"
+                warped = np.full((height, scene.width), -1, dtype=np.int32)
+                reproject(
+                    source=rasterio.band(src, 1),
+                    destination=warped,
+                    src_transform=src.transform,
+                    src_crs=src.crs,
+                    src_nodata=raster.nodata,
+                    dst_transform=transform,
+                    dst_crs=scene.crs,
+                    dst_nodata=-1,
+                    resampling=Resampling.nearest,
+                )
+                fill = (~have) & (warped != -1)
+                codes[fill] = warped[fill]
+                have |= fill
+            seen_data = seen_data or bool(have.any())
+            labels = np.full(codes.shape, IGNORE_INDEX, dtype=np.uint8)
+            labels[have] = class_indices(codes[have], classes)
+            values, counts = np.unique(codes[have & (labels == IGNORE_INDEX)], return_counts=True)
+            yield row, labels, {int(v): int(c) for v, c in zip(values, counts, strict=True)}
+    finally:
+        for src in sources:
+            src.close()
+    if not seen_data:
         raise InputError(
             f"label raster(s) {', '.join(r.path for r in rasters)} hold no data over scene {scene.id!r}: "
             f"give a label raster that covers it"
         )
-    labels = np.full(codes.shape, IGNORE_INDEX, dtype=np.uint8)
-    labels[have] = class_indices(codes[have], classes)
-    unmapped_mask = have & (labels == IGNORE_INDEX)
-    values, counts = np.unique(codes[unmapped_mask], return_counts=True)
-    return labels, {int(v): int(c) for v, c in zip(values, counts, strict=True)}
 
 
 def class_indices(codes: np.ndarray, classes: ClassTable) -> np.ndarray:

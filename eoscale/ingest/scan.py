@@ -2,9 +2,10 @@
 
 `scan_validity` reads only the scene's mask bands or else its reference band (not all bands: that would cost
 as much as the whole ingest) and is all the plan needs, so planning starts early. `warp_labels` reprojects the label rasters onto the
-scene grid once; it runs in the same Dask graph as the shard writers, which wait only for the scenes they
+scene grid once, in strips; it runs in the same Dask graph as the shard writers, which wait only for the scenes they
 cut. Both record their results in the ingest's progress folder, so a resumed ingest skips them, and shard
-writers memory-map the labels instead of receiving them through the scheduler.
+writers memory-map the labels instead of receiving them through the scheduler. Both work in strips of whole rows and under
+a capped GDAL block cache, so a worker's memory does not grow with the scene's area.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import numpy as np
 
 from eoscale.classes import IGNORE_INDEX, ClassTable
 from eoscale.errors import InputError
-from eoscale.ingest.labels import LabelRaster, reproject_labels
-from eoscale.ingest.plan import window_valid_fraction
-from eoscale.raster.reader import SceneReader
+from eoscale.ingest.labels import LabelRaster, reproject_labels, strip_rows
+from eoscale.ingest.plan import window_offsets, window_valid_fraction
+from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.sources import Scene
 
 
@@ -33,26 +34,51 @@ def scan_validity(scene: Scene, index: int, *, tile_size: int, stride: int, prog
     path = _paths(Path(progress), index)["valid.npy"]
     if path.exists():
         return np.load(path)
-    with SceneReader(scene) as reader:
-        valid = reader.planning_mask()
-        if not valid.any():
+    rows = window_offsets(scene.height, tile_size, stride)
+    # whole window rows at a time, about STRIP_PIXELS pixels (a summed-area table costs ~19 bytes a pixel: the
+    # whole of a 10,980² scene took ~2 GB); the counts are exact integers, so strips give the same fractions
+    per_strip = max(1, (strip_rows(scene.width) - tile_size) // stride + 1)
+    parts, any_valid = [], False
+    with gdal_cache(), SceneReader(scene) as reader:
+        for first in range(0, len(rows), per_strip):
+            top, last = int(rows[first]), int(rows[min(first + per_strip, len(rows)) - 1])
+            valid = reader.planning_mask(top, last + tile_size - top)
+            any_valid = any_valid or bool(valid.any())
+            parts.append(window_valid_fraction(valid, tile_size, stride))
+        if not any_valid:
             raise InputError(f"scene {scene.id!r} ({scene.paths[0]}) holds only nodata ({reader.describe_validity()}): "
                              "leave it out")
-    window_valid = window_valid_fraction(valid, tile_size, stride)
+    window_valid = np.concatenate(parts, axis=0)
     _save_npy(path, window_valid)
     return window_valid
 
 
 def warp_labels(scene: Scene, index: int, labels: list[LabelRaster], classes: ClassTable, *, progress: str) -> dict[int, int]:
-    """Write the scene's class indices on its grid to the progress folder; returns the unmapped code counts."""
+    """Write the scene's class indices on its grid to the progress folder; returns the unmapped code counts.
+
+    The labels are warped and written in strips (`reproject_labels`), never held whole."""
     paths = _paths(Path(progress), index)
     if paths["labels.json"].exists():
         return {int(k): int(v) for k, v in json.loads(paths["labels.json"].read_text()).items()}
-    if labels:
-        label_array, unmapped = reproject_labels(scene, labels, classes)
-    else:
-        label_array, unmapped = np.full((scene.height, scene.width), IGNORE_INDEX, dtype=np.uint8), {}
-    _save_npy(paths["labels.npy"], label_array)
+    unmapped: dict[int, int] = {}
+    tmp = paths["labels.npy"].with_name(paths["labels.npy"].name + ".tmp")
+    try:
+        with gdal_cache(), open(tmp, "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": np.dtype(np.uint8).str, "fortran_order": False,
+                                                     "shape": (scene.height, scene.width)})
+            if labels:
+                for _, strip, counts in reproject_labels(scene, labels, classes):
+                    f.write(strip.tobytes())
+                    for code, count in counts.items():
+                        unmapped[code] = unmapped.get(code, 0) + count
+            else:
+                row = np.full((strip_rows(scene.width), scene.width), IGNORE_INDEX, dtype=np.uint8)
+                for top in range(0, scene.height, len(row)):
+                    f.write(row[: scene.height - top].tobytes())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, paths["labels.npy"])
     tmp = paths["labels.json"].with_name(paths["labels.json"].name + ".tmp")
     tmp.write_text(json.dumps({str(k): v for k, v in unmapped.items()}))
     os.replace(tmp, paths["labels.json"])  # written last: its presence means the labels are complete

@@ -23,7 +23,7 @@ from eoscale.classes import IGNORE_INDEX
 from eoscale.ingest.plan import TilePlan
 from eoscale.ingest.scan import load_scene_labels
 from eoscale.ingest.stats import band_histograms
-from eoscale.raster.reader import SceneReader
+from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.sources import Scene
 
 
@@ -62,7 +62,7 @@ def write_shard(
     for s in np.unique(scene_index):
         scene = scenes[s]
         scene_labels = load_scene_labels(Path(progress), int(s))
-        with SceneReader(scene) as reader:
+        with gdal_cache(), SceneReader(scene) as reader:
             for positions, row, col0, count in _runs(np.flatnonzero(scene_index == s), row_off, col_off, t):
                 block = reader.read_masked(row, col0, t, count * t)
                 masked[s] += (int(block.by_mask.sum()), int(block.by_nodata.sum()))
