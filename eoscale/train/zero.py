@@ -44,8 +44,8 @@ def _share_fp32_master_partitions() -> None:
 
     DeepSpeed's stage 3 skips the fp32 master copy when the partition already is fp32 on the optimizer's device,
     but it compares `tensor.device` with a device *name* (`"cpu"`, `"cuda:0"`), which in torch is never equal:
-    every fp32 run holds a second copy of its partition (measured at W=2, ViT-S: ZeRO-3's state 0.625x DDP's
-    instead of 0.5x; `eoscale bench strategies`). Giving the comparison a `torch.device` while the partitions are
+    every fp32 run holds a second copy of its partition (1.25/W of DDP's state instead of 1/W: benchmarks/README.md,
+    strategies.json). Giving the comparison a `torch.device` while the partitions are
     made is the whole fix; mixed precision (bf16/fp16 partitions) still gets its fp32 copy, as it must.
     """
     import torch
