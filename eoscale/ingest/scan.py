@@ -39,7 +39,7 @@ def scan_validity(scene: Scene, index: int, *, tile_size: int, stride: int, prog
     # whole of a 10,980² scene took ~2 GB); the counts are exact integers, so strips give the same fractions
     per_strip = max(1, (strip_rows(scene.width) - tile_size) // stride + 1)
     parts, any_valid = [], False
-    with gdal_cache(), SceneReader(scene) as reader:
+    with SceneReader(scene) as reader, gdal_cache(reader.cache_bytes()):
         for first in range(0, len(rows), per_strip):
             top, last = int(rows[first]), int(rows[min(first + per_strip, len(rows)) - 1])
             valid = reader.planning_mask(top, last + tile_size - top)

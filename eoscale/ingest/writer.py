@@ -62,7 +62,7 @@ def write_shard(
     for s in np.unique(scene_index):
         scene = scenes[s]
         scene_labels = load_scene_labels(Path(progress), int(s))
-        with gdal_cache(), SceneReader(scene) as reader:
+        with SceneReader(scene) as reader, gdal_cache(reader.cache_bytes()):
             for positions, row, col0, count in _runs(np.flatnonzero(scene_index == s), row_off, col_off, t):
                 block = reader.read_masked(row, col0, t, count * t)
                 masked[s] += (int(block.by_mask.sum()), int(block.by_nodata.sum()))

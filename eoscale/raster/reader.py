@@ -54,16 +54,17 @@ def on_grid_file(dataset: rasterio.io.DatasetReader | WarpedVRT) -> bool:
     return not isinstance(dataset, WarpedVRT)
 
 
-# GDAL's block cache per process (default: 5 % of the machine's memory, ~1.2 GB here, filled by a large scene).
-# Readers go through a scene in rows, so the cache needs to hold about one row of blocks of the bands read at a
-# time; more only keeps blocks nobody reads again.
-GDAL_CACHE_BYTES = 128 * 2**20
+# GDAL's block cache per process (default: 5 % of the machine's memory, ~1.2 GB here, filled by a large scene
+# and never given back). Readers go through a scene in rows of windows, so it needs to hold the rows of blocks
+# that one row of windows crosses; more only keeps blocks nobody reads again.
+GDAL_CACHE_MIN = 32 * 2**20
+GDAL_CACHE_MAX = 512 * 2**20
 
 
-def gdal_cache(nbytes: int = GDAL_CACHE_BYTES) -> rasterio.Env:
-    """A rasterio environment whose GDAL block cache holds at most `nbytes` (the block cache is one per process:
-    a Dask worker task that reads scenes enters it)."""
-    return rasterio.Env(GDAL_CACHEMAX=nbytes)
+def gdal_cache(nbytes: int = GDAL_CACHE_MIN) -> rasterio.Env:
+    """A rasterio environment whose GDAL block cache holds at most `nbytes` (clipped to GDAL_CACHE_MIN..MAX;
+    the cache is one per process: each Dask task that reads scenes enters it)."""
+    return rasterio.Env(GDAL_CACHEMAX=int(min(max(nbytes, GDAL_CACHE_MIN), GDAL_CACHE_MAX)))
 
 
 class SceneReader:
@@ -127,6 +128,15 @@ class SceneReader:
                 ds.close()
         for src in self._files:
             src.close()
+
+    def cache_bytes(self) -> int:
+        """The GDAL block cache that reading the scene in rows needs: two rows of blocks (a row of windows may
+        straddle two) of every file read, whatever the scene's height (see `gdal_cache`)."""
+        total = 0
+        for src in self._files:
+            block_rows = max(height for height, _ in src.block_shapes)
+            total += 2 * block_rows * src.width * sum(np.dtype(d).itemsize for d in src.dtypes)
+        return total
 
     def read(self, row_off: int, col_off: int, height: int, width: int) -> np.ndarray:
         """The window's pixels of every band, shape (band, height, width), dtype uint16."""
