@@ -16,6 +16,29 @@ from tests.threads import single_thread
 SLURM_CONF = Path(os.environ.get("EOSCALE_SLURM_DIR", "/tmp/eoscale-slurm")) / "slurm" / "slurm.conf"
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """`pytest -n N --dist loadfile` (scripts/test.sh) gives each test process whole modules (their module-scoped
+    fixtures, such as one torchrun fitting every strategy, are made once); here also every module that submits to
+    the local Slurm cluster to one process, one after the other: its one node runs one job at a time anyway, and the
+    other process goes on with other modules instead of waiting in the queue. (xdist's own `--dist loadgroup` marks
+    do not group under pytest 9.2, which no longer reads the node ids xdist rewrites.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    uses_slurm: dict[str, bool] = {}
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            if module not in uses_slurm:
+                path = config.rootpath / module
+                uses_slurm[module] = path.is_file() and "local_slurm" in path.read_text()
+            return "local-slurm" if uses_slurm[module] else module
+
+    return ByModule(config, log)
+
+
 # The MLFLOW_TRACKING_URI this session started with (None: each command uses the store of its root dir).
 _SESSION_TRACKING_URI = os.environ.get("MLFLOW_TRACKING_URI")
 
