@@ -348,7 +348,11 @@ def _libgdal():
             paths = sorted({line.split()[-1] for line in maps if Path(line.split()[-1]).name.startswith("libgdal")})
     except OSError:
         return None
-    return ctypes.CDLL(paths[0]) if paths else None  # dlopen of a loaded library: the same instance
+    # other wheels bundle their own libgdal too (pyogrio's, loaded with geopandas): rasterio's is the one in its
+    # `rasterio.libs` folder, or the system's where rasterio was built against it
+    own = [p for p in paths if Path(p).parent.name == "rasterio.libs"] or [
+        p for p in paths if not Path(p).parent.name.endswith(".libs")]
+    return ctypes.CDLL(own[0]) if own else None  # dlopen of a loaded library: the same instance
 
 
 def _has_torchgeo() -> bool:

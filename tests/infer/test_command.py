@@ -41,7 +41,11 @@ def test_predict_logs_to_the_embedded_mlflow_store(checkpoint, scene, tmp_path, 
     trace = load_trace(out / "profile" / "rank0.pt.trace.json.gz")
     steps = {e["name"] for e in trace["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")}
     assert steps == {f"ProfilerStep#{i}" for i in range(2, 7)}
-    assert "aten::conv2d" in (out / "profile" / "summary.md").read_text()
+    # the op table: a ResNet's forward is mostly its convolutions (wrappers such as aten::conv2d have little self
+    # time, and where they rank among the 15 rows shown varies with the machine's load)
+    table = (out / "profile" / "summary.md").read_text().split("Top CPU ops by self time:")[1]
+    first_row = table.strip().splitlines()[2]
+    assert "convolution" in first_row, table
     profiled = {a.path for a in client.list_artifacts(run.info.run_id, "profile")}
     assert profiled == {"profile/rank0.pt.trace.json.gz", "profile/summary.md", "profile/summary.png"}
 

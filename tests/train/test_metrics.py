@@ -78,8 +78,9 @@ def test_metrics_are_synced_over_two_ranks():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # forked, not spawned: a spawned process imports torch, Lightning and torchmetrics again (~8 s each here)
-    ctx = mp.get_context("fork")
+    # spawned, not forked: a fork of a test process that runs threads (pytest-xdist's, torch's) can inherit a lock
+    # that one of them held, and wait on it for ever (seen under scripts/test.sh)
+    ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_rank, args=(r, port, expected, out)) for r in (0, 1)]
     for p in procs:
