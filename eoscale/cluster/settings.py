@@ -97,7 +97,7 @@ def boolean(value: Any) -> bool:
     raise ValueError("expected true or false")
 
 
-STRATEGIES = ("ddp", "fsdp", "zero2", "zero3", "zero3_offload", "fsdp2_tp")
+STRATEGIES = ("ddp", "fsdp", "zero2", "zero3", "zero3_offload", "fsdp2_tp", "pipeline")
 """The training strategies a job can name: one config fragment each in configs/strategy/ (a test keeps the two equal)."""
 RAY_STRATEGIES = ("ddp", "fsdp")
 """Those Ray Train runs (eoscale.train.ray_launcher has Ray's DDP and FSDP2 strategies, no DeepSpeed or TP)."""
@@ -181,7 +181,7 @@ KEYS: dict[str, Key] = {
     # training
     "config": Key(paths, "LightningCLI config file(s), in order (--config, repeatable)", TRAIN + RAY, []),
     "strategy": Key(choice(*STRATEGIES), "parallel strategy: the fragment configs/strategy/NAME.yaml (ddp, fsdp, zero2, "
-                    "zero3, zero3_offload, fsdp2_tp; ray: ddp or fsdp)", TRAIN + RAY, "ddp"),
+                    "zero3, zero3_offload, fsdp2_tp, pipeline (MAE pretraining); ray: ddp or fsdp)", TRAIN + RAY, "ddp"),
     "master_port": Key(integer(1024, 65535), "rendezvous port on the first node (default: 20000 + job id % 20000); ray: the head's port",
                          TRAIN + RAY),
     "master_addr_suffix": Key(suffix, "appended to the first node's name to pick its fast network (JSC: i)", TRAIN + RAY + ("serve",)),

@@ -304,9 +304,9 @@ class TileDataModule(LightningDataModule):
     # --- helpers -------------------------------------------------------------------------------------------
     def _rank_and_world_size(self) -> tuple[int, int]:
         # a device mesh (ModelParallelStrategy): the data-parallel rank and size, since under tensor
-        # parallelism the ranks of one group must take the same batches
+        # parallelism the ranks of one group must take the same batches; so must pipeline stages (`pipe`)
         strategy = getattr(self.trainer, "strategy", None)
-        if getattr(strategy, "_device_mesh", None) is not None:
+        if getattr(strategy, "_device_mesh", None) is not None or hasattr(strategy, "pipe"):
             sampler = strategy.distributed_sampler_kwargs
             return int(sampler["rank"]), int(sampler["num_replicas"])
         if torch.distributed.is_available() and torch.distributed.is_initialized():

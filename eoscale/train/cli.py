@@ -188,6 +188,9 @@ class EoscaleCLI(LightningCLI):
         from eoscale.train.zero import check_strategy_choice
 
         check_strategy_choice(config.trainer.get("strategy"))  # Lightning's own DeepSpeed strategies: ours instead
+        from eoscale.train.pipeline import check_pipeline_config
+
+        check_pipeline_config(config)  # pipeline stages: an MAE, enough blocks, microbatches that divide the batch
         if self.subcommand == "fit":
             resumed = _resume_checkpoint(config.get("ckpt_path"), Path(root), config.get("checkpoint.dirpath"))
             run_id = resume_run_id(resumed)

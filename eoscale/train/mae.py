@@ -21,6 +21,7 @@ the checkpoints, carrying its band contract in the safetensors metadata (`eoscal
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -76,13 +77,17 @@ class MaskedAutoencoder(nn.Module):
         nn.init.trunc_normal_(self.mask_token, std=0.02)
         nn.init.trunc_normal_(self.decoder_pos_embed, std=0.02)
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        latent, mask, restore = self.encode(x)
+    def forward(self, x: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        latent, mask, restore = self.encode(x, noise)
         pred = self.decode(latent, restore)
         return self.loss(x, pred, mask), pred, mask
 
-    def encode(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Encoder on a random `1 - mask_ratio` of each tile's patches; returns tokens, mask, restore order."""
+    def embed(self, x: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Patch tokens of a random `1 - mask_ratio` of each tile's patches, with the prefix tokens: the
+        encoder blocks' input, the mask (1 hidden) and the order that restores the patches.
+
+        `noise` (B, N): the draw that orders each tile's patches (the lowest stay visible); drawn here when
+        left out. Pipeline stages pass one drawn per step (`mask_noise`) so every stage masks alike."""
         net = self.backbone.net
         tokens = net.patch_embed(x)  # (B, N, D)
         prefix = net.num_prefix_tokens
@@ -94,31 +99,47 @@ class MaskedAutoencoder(nn.Module):
         if patch_pos is not None:
             tokens = tokens + patch_pos
         batch, n, dim = tokens.shape
-        keep = max(1, int(round(n * (1 - self.mask_ratio))))
-        # a random permutation per tile: the first `keep` patches stay visible
-        order = torch.rand(batch, n, device=x.device).argsort(dim=1)
+        keep = self.visible_patches()
+        if noise is None:
+            noise = torch.rand(batch, n, device=x.device)
+        order = noise.to(x.device).argsort(dim=1)  # a random permutation per tile: the first `keep` stay visible
         restore = order.argsort(dim=1)
         visible = torch.gather(tokens, 1, order[:, :keep, None].expand(-1, -1, dim))
-        mask = torch.ones(batch, n, device=x.device)
-        mask[:, :keep] = 0
-        mask = torch.gather(mask, 1, restore)
+        mask = (restore >= keep).float()
         extra = [t for t in (net.cls_token, getattr(net, "reg_token", None)) if t is not None]
         if extra:
             lead = torch.cat([t.expand(batch, -1, -1) for t in extra], dim=1)
             if prefix_pos is not None:
                 lead = lead + prefix_pos
             visible = torch.cat([lead, visible], dim=1)
-        h = net.norm_pre(net.pos_drop(visible))
-        h = net.norm(net.blocks(h))
-        return h[:, prefix:], mask, restore
+        return net.norm_pre(net.pos_drop(visible)), mask, restore
+
+    def visible_patches(self) -> int:
+        return max(1, int(round(self.num_patches * (1 - self.mask_ratio))))
+
+    def encode(self, x: Tensor, noise: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Encoder on a random `1 - mask_ratio` of each tile's patches; returns tokens, mask, restore order."""
+        h, mask, restore = self.embed(x, noise)
+        return self.encoded(self.backbone.net.blocks(h)), mask, restore
+
+    def encoded(self, h: Tensor) -> Tensor:
+        """The encoder's last norm, prefix tokens dropped."""
+        net = self.backbone.net
+        return net.norm(h)[:, net.num_prefix_tokens:]
 
     def decode(self, latent: Tensor, restore: Tensor) -> Tensor:
+        return self.reconstruct(self.decoder_blocks(self.unshuffle(latent, restore)))
+
+    def unshuffle(self, latent: Tensor, restore: Tensor) -> Tensor:
+        """The decoder's input: visible tokens embedded, mask tokens for the hidden ones, patch order restored."""
         h = self.decoder_embed(latent)
         batch, keep, dim = h.shape
         filler = self.mask_token.expand(batch, restore.shape[1] - keep, -1)
         h = torch.gather(torch.cat([h, filler], dim=1), 1, restore[:, :, None].expand(-1, -1, dim))
-        h = self.decoder_norm(self.decoder_blocks(h + self.decoder_pos_embed))
-        return self.decoder_pred(h)
+        return h + self.decoder_pos_embed
+
+    def reconstruct(self, h: Tensor) -> Tensor:
+        return self.decoder_pred(self.decoder_norm(h))
 
     def patchify(self, x: Tensor) -> Tensor:
         """(B, C, H, W) -> (B, N, p·p·C), patches in the patch embedding's row-major order."""
@@ -186,6 +207,9 @@ class MAETask(BaseTask):
         # BaseTask's build (contract, same seed on every rank, FSDP2 sharding), without the segmentation metrics
         if self.model is None:
             self.model = self.build_model()
+            strategy = self._trainer.strategy if self._trainer is not None else None
+            if hasattr(strategy, "cut_stage"):  # pipeline parallel: keep this rank's blocks only
+                strategy.cut_stage(self.model)
 
     def configure_models(self) -> nn.Module:
         h = self.hparams
@@ -207,15 +231,43 @@ class MAETask(BaseTask):
         )
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss, _, _ = self.model(batch["image"])
-        size = batch["image"].shape[0]
+        image = batch["image"]
+        noise = self.mask_noise(image, "train", self.global_step)
+        if self.pipeline is not None:  # forward and backward of every microbatch, stage by stage
+            loss = self.pipeline.step(image, noise)
+        else:
+            loss, _, _ = self.model(image, noise)
+        size = image.shape[0]
         self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True, batch_size=size)
         self.log("lr", self.optimizers().param_groups[0]["lr"], on_step=True, on_epoch=False, batch_size=size)
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss, _, _ = self.model(batch["image"])
-        self.log("val_loss", loss, on_epoch=True, sync_dist=True, batch_size=batch["image"].shape[0])
+        image = batch["image"]
+        noise = self.mask_noise(image, "val", batch_idx)
+        loss = self.pipeline.eval(image, noise) if self.pipeline is not None else self.model(image, noise)[0]
+        self.log("val_loss", loss, on_epoch=True, sync_dist=True, batch_size=image.shape[0])
+
+    def mask_noise(self, image: Tensor, split: str, index: int) -> Tensor:
+        """The draw that orders each tile's patches for masking (`MaskedAutoencoder.embed`), from the seed, the
+        split, the step (validation: the batch) and the data-parallel rank: the same on every pipeline stage,
+        and the same as one process draws for the same batch, whatever the strategy."""
+        sampler = getattr(self._trainer and self._trainer.strategy, "distributed_sampler_kwargs", None) or {}
+        key = f"{self.hparams.get('init_seed', 0)}/{split}/{index}/{int(sampler.get('rank', 0))}".encode()
+        generator = torch.Generator().manual_seed(int.from_bytes(hashlib.blake2b(key, digest_size=7).digest(), "little"))
+        n = self.model.num_patches if self.model is not None else 0
+        return torch.rand(image.shape[0], n, generator=generator).to(image.device)
+
+    @property
+    def pipeline(self) -> Any:
+        """The pipeline stage this rank runs (`eoscale.train.pipeline.PipelineStrategy`), else None."""
+        return getattr(self._trainer and self._trainer.strategy, "pipe", None)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: Any) -> None:
+        # Lightning zeroes gradients between training_step and backward; a pipeline's step has already done both
+        # (its strategy's backward does nothing), so it zeroes them itself before the step
+        if self.pipeline is None:
+            super().optimizer_zero_grad(epoch, batch_idx, optimizer)
 
     def configure_optimizers(self) -> dict[str, Any]:
         h = self.hparams
@@ -250,19 +302,24 @@ def export_backbone(task: MAETask, path: str | Path) -> Path:
 
     Every rank calls this (gathering FSDP2 shards is a collective); rank 0 writes.
     """
-    state = {}
-    for key, value in task.model.backbone.net.state_dict().items():
-        if hasattr(value, "full_tensor"):
-            value = value.full_tensor()
-        state[key] = value
+    strategy = task.trainer.strategy
+    if hasattr(strategy, "gather_state"):  # pipeline stages: each holds some blocks; rank 0 gets them all
+        prefix = "backbone.net."
+        state = {k.removeprefix(prefix): v for k, v in strategy.gather_state(task.model.state_dict()).items()
+                 if k.startswith(prefix)}
+    else:
+        state = {}
+        for key, value in task.model.backbone.net.state_dict().items():
+            if hasattr(value, "full_tensor"):
+                value = value.full_tensor()
+            state[key] = value
     if not task.trainer.is_global_zero:
         return Path(path)
     h, contract = task.hparams, task.contract
-    net = task.model.backbone.net
     metadata = {
         "model": h.backbone,
         "model_kwargs": dict(h.get("backbone_kwargs") or {}),
-        "patch_size": int(net.patch_embed.patch_size[0]),
+        "patch_size": int(task.model.patch),
         "img_size": int(h.img_size),
         "in_chans": int(h.in_chans),
         "bands": list(contract.bands) if contract else [],

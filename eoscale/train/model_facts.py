@@ -49,6 +49,9 @@ class ModelFacts:
     embed_dim: int = 0
     tp_split: int = 0
     tp_split_trainable: int = 0
+    # pipeline parallelism (`eoscale.train.pipeline`, MAE only): each block's parameter elements in pipeline
+    # order (encoder, then decoder), with the pieces its stage holds beside it (embedding, norms, prediction)
+    pipeline_blocks: tuple[int, ...] = ()
 
 
 def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> ModelFacts:
@@ -105,7 +108,16 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
     return ModelFacts(name=name, params=params, trainable=trainable, largest_unit=max([rest, *units]),
                       activations_per_sample=per_sample, activations_fixed=fixed,
                       batch_size=int(batch_size or getattr(data, "batch_size", 1)), tile=tile, in_chans=in_chans,
-                      precision=config.trainer.get("precision"), **vit)
+                      precision=config.trainer.get("precision"), pipeline_blocks=_pipeline_facts(model), **vit)
+
+
+def _pipeline_facts(model: nn.Module) -> tuple[int, ...]:
+    """An MAE's parameter elements per pipeline block (`eoscale.train.pipeline.block_sizes`); () for other models."""
+    if not hasattr(model, "decoder_blocks"):
+        return ()
+    from eoscale.train.pipeline import block_sizes
+
+    return block_sizes(model)
 
 
 def _vit_facts(model: nn.Module) -> dict[str, int]:

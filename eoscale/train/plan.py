@@ -2,8 +2,8 @@
 
     eoscale plan --config configs/vit_l16_seg.yaml --gpus-per-node 4 --gpu-memory 40GB --nodes 1,2,4,16
 
-For DDP, FSDP2, DeepSpeed ZeRO-2, ZeRO-3, ZeRO-3 with the optimizer offloaded to the CPU and FSDP2 × tensor
-parallelism (ViTs), at each node count:
+For DDP, FSDP2, DeepSpeed ZeRO-2, ZeRO-3, ZeRO-3 with the optimizer offloaded to the CPU, FSDP2 × tensor
+parallelism (ViTs) and pipeline stages (MAE pretraining), at each node count:
 the memory each GPU holds (parameters, gradients, optimizer state, activations at the config's per-device
 batch and tile, communication buffers), whether that fits, and the bytes each rank sends per step.
 
@@ -19,12 +19,18 @@ meta device, saved activations measured). The state follows what each implementa
 | ZeRO-3 | P·d/W | T·d/W | T·(8+m)/W (m = 4, the master partition, under bf16/fp16; in fp32 the partition is its own master: m = 0) |
 | ZeRO-3 offload | P·d/W | T·d/W | 0 on the GPU (T·12/W in host memory) |
 | FSDP2×TP | (S/t + P−S)·p/D | (Sₜ/t + T−Sₜ)·g/D | (Sₜ/t + T−Sₜ)·8/D |
+| Pipeline | Pₛ·p | Pₛ·(T/P)·g | Pₛ·(T/P)·8 |
 
 P parameters, T of them trainable, W ranks; under FSDP2×TP, W = t·D: t tensor-parallel ranks (within a node:
 the largest divisor of the heads and the GPUs per node) split the S (Sₜ trainable) elements of each block's
 qkv/fc1 (with biases) and proj/fc2 weights, D data-parallel ranks shard everything; its activations are
 planned whole (an upper bound: the blocks' inner activations are split t ways, their inputs are not); p = g = 4 (Lightning keeps fp32 parameters under `*-mixed`,
 autocast casts per op), 2 under `bf16-true`; d = DeepSpeed's parameter dtype (2 under bf16, 4 in fp32).
+Pipeline (`eoscale.train.pipeline`): W stages, one a rank, each a run of the MAE's blocks split as evenly as
+their parameters allow; Pₛ the parameter elements of the heaviest stage (its blocks with the embedding, norms or prediction they hold). Its activations
+are the stage's share of the blocks times the microbatches in flight (all M under GPipe, at most W under 1F1B,
+of B/M samples each: configs/strategy/pipeline.yaml's 1F1B and M = 4); a middle stage sends each microbatch's
+tokens forward and their gradients back (an upper bound: all patch tokens at the encoder's width).
 Sent per step (ring algorithms: each collective sends (W-1)/W of its buffer): DDP all-reduces the
 gradients (2×); FSDP2×TP all-reduces each block's B·N·E activations 4 times a step over the t ranks
 (2·(t−1)/t of them each) and does FSDP2's traffic on its share over the D ranks; FSDP2 and ZeRO-3 gather the parameters twice (forward, backward) and reduce-scatter the
@@ -41,9 +47,10 @@ from dataclasses import dataclass
 from eoscale.errors import InputError
 from eoscale.train.model_facts import ModelFacts
 
-STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3", "zero3_offload", "fsdp2_tp")
+STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3", "zero3_offload", "fsdp2_tp", "pipeline")
 LABELS = {"ddp": "DDP", "fsdp2": "FSDP2", "zero2": "ZeRO-2", "zero3": "ZeRO-3", "zero3_offload": "ZeRO-3+offload",
-          "fsdp2_tp": "FSDP2×TP"}
+          "fsdp2_tp": "FSDP2×TP", "pipeline": "Pipeline"}
+MICROBATCHES, SCHEDULE = 4, "1f1b"  # configs/strategy/pipeline.yaml
 ADAM = 8  # AdamW's two moments, fp32
 MASTER = 4  # an fp32 master copy
 HEADROOM = 0.9  # the share of a GPU's memory training may use (CUDA context, allocator fragmentation)
@@ -82,9 +89,10 @@ def tp_size(facts: ModelFacts, gpus_per_node: int) -> int:
 
 
 def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "32-true",
-             bucket: int = BUCKET, tp: int = 1) -> Estimate:
+             bucket: int = BUCKET, tp: int = 1, microbatches: int = MICROBATCHES, schedule: str = SCHEDULE) -> Estimate:
     """The memory and traffic of one rank of `world` training `facts`' model under `strategy` (`tp`: the
-    tensor-parallel size of fsdp2_tp, which divides `world`)."""
+    tensor-parallel size of fsdp2_tp, which divides `world`; `microbatches` and `schedule`: the pipeline's, whose
+    stages are the `world` ranks)."""
     if strategy not in STRATEGIES:
         raise InputError(f"strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
     P, T, W = facts.params, facts.trainable, world
@@ -107,6 +115,8 @@ def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "
                 + 4 * facts.blocks * 2 * (tp - 1) / tp * block)
         buffers = 2 * facts.largest_unit / tp * (2 if half else p) if D > 1 else 0.0
         return Estimate(strategy, W, local * p / D, local_t * p / D, local_t * adam / D, act, buffers, sent)
+    if strategy == "pipeline":
+        return _pipeline(facts, W, p=p, adam=adam, act=act, microbatches=microbatches, schedule=schedule, half=half)
     if strategy == "fsdp2":
         # eoscale.train.fsdp gathers bf16 parameters and reduces fp32 gradients under bf16 on GPUs
         sent = ring * (2 * P * (2 if half else p) + T * 4)
@@ -120,6 +130,26 @@ def estimate(facts: ModelFacts, strategy: str, world: int, *, precision: str = "
         master = MASTER if half else 0
         return Estimate(strategy, W, P * d / W, T * d / W, T * (ADAM + master) / W, act, buffers, sent)
     return Estimate(strategy, W, P * d / W, T * d / W, 0.0, act, buffers, sent, host=T * (ADAM + MASTER) / W)
+
+
+def _pipeline(facts: ModelFacts, stages: int, *, p: int, adam: int, act: float, microbatches: int, schedule: str,
+              half: bool) -> Estimate:
+    from eoscale.train.pipeline import stage_bounds
+
+    blocks = facts.pipeline_blocks
+    if not blocks or stages > len(blocks):
+        raise InputError(f"{facts.name}: {stages} pipeline stages need an MAE of at least as many blocks "
+                         f"(this one has {len(blocks)})")
+    bounds = stage_bounds(blocks, stages)
+    heaviest = max(sum(blocks[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    share = max(b - a for a, b in zip(bounds, bounds[1:], strict=False)) / len(blocks)
+    in_flight = min(microbatches, stages) if schedule == "1f1b" else microbatches
+    samples = facts.batch_size / microbatches * in_flight
+    saved = (facts.activations_fixed + facts.activations_per_sample * samples) * share * (0.5 if half else 1.0)
+    tokens = facts.batch_size * facts.tokens * facts.embed_dim * (2 if half else 4)
+    trainable = facts.trainable / facts.params
+    return Estimate("pipeline", stages, heaviest * p, heaviest * trainable * p, heaviest * trainable * adam,
+                    saved, 0.0, 2 * tokens if stages > 1 else 0.0)
 
 
 def parse_bytes(text: str) -> float:
@@ -155,6 +185,8 @@ def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory
         f"activations: {facts.activations_per_sample / 1e6:.1f} MB per sample at fp32 (saved for the backward, "
         "measured on the meta device at batch 1 and 2)",
         "GB per GPU; sent = GB each rank sends per step",
+        *([f"Pipeline: {SCHEDULE.upper()}, {MICROBATCHES} microbatches a step, one stage a GPU (the heaviest "
+           "stage's figures)"] if facts.pipeline_blocks else []),
         *([f"FSDP2×TP: each block split over {tp_size(facts, gpus_per_node)} GPUs of a node ({facts.heads} heads), "
            "FSDP2 over the nodes' other ranks"] if facts.heads else []),
         "",
@@ -166,6 +198,11 @@ def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory
         for strategy in STRATEGIES:
             if strategy == "fsdp2_tp" and not facts.heads:
                 continue  # not a ViT: nothing to split
+            if strategy == "pipeline" and world > len(facts.pipeline_blocks):
+                if facts.pipeline_blocks:  # not MAE: no row
+                    lines.append(f"{n:>5} {world:>5}  {LABELS[strategy]:<15}more GPUs than the "
+                                 f"{len(facts.pipeline_blocks)} blocks to make stages of")
+                continue
             e = estimate(facts, strategy, world, precision=precision, tp=tp_size(facts, gpus_per_node))
             fits = "yes" if e.fits(gpu_memory) else "no"
             host = f"  (+{_gb(e.host)} GB in host memory)" if e.host else ""

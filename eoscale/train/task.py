@@ -106,6 +106,13 @@ class BaseTask(LightningModule):
 
             clip_grad_norm(self.parameters(), gradient_clip_val)
             return
+        # pipeline stages each hold some of the parameters: the norm is of all stages' gradients together
+        if gradient_clip_val and gradient_clip_algorithm in (None, "norm") and getattr(
+                self._trainer and self._trainer.strategy, "pipe", None) is not None:
+            from eoscale.train.pipeline import clip_grad_norm as clip_stages
+
+            clip_stages(self.parameters(), gradient_clip_val, device=self.device)
+            return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def read_datamodule(self, datamodule: Any) -> None:

@@ -62,6 +62,12 @@ def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path
 @pytest.mark.parametrize("config", MODEL_CONFIGS, ids=lambda p: p.stem)
 def test_config_parses(config: Path, fragment: Path | None, store: Path, tmp_path: Path):
     args = ["--config", str(config)] + (["--config", str(fragment)] if fragment else [])
+    if fragment is not None and fragment.stem == "pipeline" and not config.stem.startswith("mae"):
+        from eoscale.errors import InputError
+
+        with pytest.raises(InputError, match="pipelines MAE pretraining only"):  # before the model is built
+            EoscaleCLI(args=[*args, "--data.init_args.store", str(store)], run=False)
+        return
     cli = EoscaleCLI(args=[*args, "--data.init_args.store", str(store), "--trainer.default_root_dir", str(tmp_path)],
                      run=False)
     assert cli.model.hparams.backbone

@@ -210,7 +210,7 @@ def test_the_vit_h_mae_config_plans_before_its_store_exists(tmp_path: Path, caps
     assert "vit_huge_patch14_224" in out and "batch 32 per GPU, bf16-mixed" in out
     assert 630 < float(out.split(" M parameters")[0].split()[-1]) < 700  # ViT-H/14's 632 M and the MAE decoder
     rows = {r[2]: r for r in (line.split() for line in out.splitlines()) if r[:1] == ["1"]}
-    assert set(rows) == {"DDP", "FSDP2", "ZeRO-2", "ZeRO-3", "ZeRO-3+offload", "FSDP2×TP"}
+    assert set(rows) == {"DDP", "FSDP2", "ZeRO-2", "ZeRO-3", "ZeRO-3+offload", "FSDP2×TP", "Pipeline"}
     assert all(r[9] == "yes" for r in rows.values())  # every strategy fits a 40 GB A100 (the config's comment)
 
 
