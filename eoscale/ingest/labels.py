@@ -63,8 +63,8 @@ def labels_for_scene(scene: Scene, rasters: list[LabelRaster]) -> list[LabelRast
     return hits
 
 
-# pixels of the scene grid warped at a time: ~14 bytes each (the warped codes, their int64 copy, masks), so a
-# label task holds ~30 MB whatever the scene's area (a whole 10,980² Sentinel-2 tile at once took ~2.5 GB)
+# pixels of the scene grid warped at a time: ~10 bytes each (the warped codes, masks, indices), so a label task
+# holds ~20 MB whatever the scene's area (a whole 10,980² Sentinel-2 tile at once took ~2.5 GB)
 STRIP_PIXELS = 1 << 21
 
 
@@ -88,9 +88,8 @@ def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTab
     try:
         for row in range(0, scene.height, step):
             height = min(step, scene.height - row)
-            codes = np.zeros((height, scene.width), dtype=np.int64)
-            have = np.zeros((height, scene.width), dtype=bool)
             transform = scene.transform * Affine.translation(0, row)
+            codes = None
             for raster, src in zip(rasters, sources, strict=True):
                 # int32 destination holds every integer code type GDAL warps; -1 marks "no data here"
                 warped = np.full((height, scene.width), -1, dtype=np.int32)
@@ -105,12 +104,13 @@ def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTab
                     dst_nodata=-1,
                     resampling=Resampling.nearest,
                 )
-                fill = (~have) & (warped != -1)
-                codes[fill] = warped[fill]
-                have |= fill
+                if codes is None:
+                    codes = warped
+                else:  # the first raster with data at a pixel wins
+                    np.copyto(codes, warped, where=codes == -1)
+            have = codes != -1
             seen_data = seen_data or bool(have.any())
-            labels = np.full(codes.shape, IGNORE_INDEX, dtype=np.uint8)
-            labels[have] = class_indices(codes[have], classes)
+            labels = class_indices(codes, classes, none=-1)
             values, counts = np.unique(codes[have & (labels == IGNORE_INDEX)], return_counts=True)
             yield row, labels, {int(v): int(c) for v, c in zip(values, counts, strict=True)}
     finally:
@@ -123,14 +123,26 @@ def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTab
         )
 
 
-def class_indices(codes: np.ndarray, classes: ClassTable) -> np.ndarray:
-    """The class index of every code (uint8), `IGNORE_INDEX` for codes not in the table, whatever their sign
-    or size: a sorted search, not a lookup table indexed by the code (a negative code wrapped around such a
-    table into a class, and one huge code made it gigabytes long)."""
+def class_indices(codes: np.ndarray, classes: ClassTable, *, none: int | None = None) -> np.ndarray:
+    """The class index of every code (uint8), `IGNORE_INDEX` for codes not in the table (and for the value
+    `none`), whatever their sign or size: a sorted search, not a lookup table indexed by the code (a negative
+    code wrapped around such a table into a class, and one huge code made it gigabytes long), except for codes
+    that all lie in 0..65535 (land-cover products' uint8/uint16), where a table of at most 65,536 entries gives
+    the same indices several times faster."""
     table = np.asarray(classes.codes, dtype=np.int64)
+    if codes.size and np.issubdtype(codes.dtype, np.integer):
+        low, high = int(codes.min()), int(codes.max())
+        if low >= min(0, none if none is not None else 0) and high < 65536:
+            lookup = np.full(high - low + 1, IGNORE_INDEX, dtype=np.uint8)
+            inside = (table >= low) & (table <= high) & (table != (none if none is not None else low - 1))
+            # the first of duplicate codes wins, as in the sorted search (a stable sort keeps table order)
+            for index in np.flatnonzero(inside)[::-1]:
+                lookup[table[index] - low] = index
+            return lookup[codes - low] if low else lookup[codes]
     order = np.argsort(table, kind="stable")
     ranked = table[order]
     position = np.clip(np.searchsorted(ranked, codes), 0, len(ranked) - 1)
     found = ranked[position] == codes
+    if none is not None:
+        found &= codes != none
     return np.where(found, order[position], IGNORE_INDEX).astype(np.uint8)
-

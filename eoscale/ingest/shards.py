@@ -45,7 +45,8 @@ def write_whole_shard(array: zarr.Array, shard: int, data: np.ndarray) -> None:
     index = np.full(chunks_per_shard + (2,), _EMPTY, dtype="<u8")
     fill = array.metadata.fill_value
     skip_empty = not array.config.write_empty_chunks
-    empty = (data.reshape(len(data), -1) == fill).all(axis=1) if skip_empty else np.zeros(len(data), dtype=bool)
+    flat = data.reshape(len(data), -1)
+    empty = np.zeros(len(data), dtype=bool) if not skip_empty else ~flat.any(axis=1) if fill == 0 else (flat == fill).all(axis=1)
     parts, offset = [], 0
     for coords in morton_order_iter(chunks_per_shard):
         i = coords[0]
