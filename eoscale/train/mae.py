@@ -9,6 +9,10 @@ Several GPUs, FSDP2, Slurm: as `eoscale fit` (it is `fit` with `MAETask`), e.g.:
     srun --ntasks-per-node 4 --gpus-per-node 4 eoscale pretrain --config configs/mae_pretrain.yaml \\
         --config configs/strategy/fsdp.yaml --trainer.num_nodes 2 --trainer.devices 4
 
+Pipeline parallel (the encoder-decoder cut into one stage a GPU, GPipe or 1F1B over microbatches)::
+
+    eoscale pretrain --config configs/mae_pretrain.yaml --config configs/strategy/pipeline.yaml --trainer.devices 2
+
 The encoder is timm's `VisionTransformer`, built with the store's band count as `in_chans` (a multispectral
 patch embedding) and at the tile size; its own `patch_embed`, `pos_embed`, `blocks` and `norm` run on the
 visible patch tokens only (He et al. 2022: 75% of patches masked at random, per tile). A light decoder of
