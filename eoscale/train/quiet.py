@@ -11,7 +11,9 @@ eoscale user nothing or something wrong:
   yields the same number of batches by construction, `eoscale.data.partition`), which is why it has one;
 - "It is recommended to use `self.log('val_miou', ..., sync_dist=True)`", once per epoch metric on every
   distributed fit: those values come from torchmetrics' `compute()`, which has all-reduced them already
-  (`SegmentationTask._log_epoch`); following the advice would average them again.
+  (`SegmentationTask._log_epoch`); following the advice would average them again;
+- under DeepSpeed ZeRO: torch's deprecation warnings for the collectives DeepSpeed calls, and Lightning's note that
+  its clipping hook does not clip (DeepSpeed clips, at the trainer's `gradient_clip_val`: `eoscale.train.zero`).
 
 `ModelSummary` is Lightning's rich model summary without the FLOPs column and "Total FLOPs: 0" line, which
 Lightning prints for every model that sets no `example_input_array`; `ProgressBar` is its rich progress bar
@@ -33,6 +35,10 @@ NOISE = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
     r"Your `IterableDataset` has `__len__` defined",
     r"It is recommended to use `self.log\('(val|test)_(accuracy|f1|miou|iou/)",
+    # DeepSpeed ZeRO (eoscale.train.zero): its collectives call torch's deprecated names, and Lightning says the
+    # clipping hook will not clip, which eoscale's never asked it to: DeepSpeed clips at the trainer's value
+    r"`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
+    r"Since DeepSpeed handles gradient clipping internally",
 )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
@@ -37,6 +38,10 @@ from eoscale.errors import InputError
 # DeepSpeed compiles its C++/CUDA ops when first used unless they were built at install; with DS_BUILD_OPS=0
 # (scripts/setup.sh) none were, and eoscale uses none
 os.environ.setdefault("DS_BUILD_OPS", "0")
+# without a GPU, DeepSpeed picks its CPU accelerator after warning on every rank that it found none; named, it
+# picks the same one without the warning (a ZeroStrategy on CPUs is deliberate: the tests run ZeRO that way)
+if not torch.cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 def _share_fp32_master_partitions() -> None:
@@ -48,7 +53,6 @@ def _share_fp32_master_partitions() -> None:
     strategies.json). Giving the comparison a `torch.device` while the partitions are
     made is the whole fix; mixed precision (bf16/fp16 partitions) still gets its fp32 copy, as it must.
     """
-    import torch
     from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3 as Stage3
 
     create = Stage3._create_fp32_partitions

@@ -31,7 +31,10 @@ def fitted(store: Path, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("strategies")
     result = torchrun("tests.train.strategy_fits", [str(root), str(store), *STRATEGIES, "zero3+resume"], root)
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "built successfully" not in result.stdout + result.stderr  # no DeepSpeed op compiled
+    printed = result.stdout + result.stderr
+    assert "built successfully" not in printed  # no DeepSpeed op compiled
+    for noise in ("Setting accelerator to CPU", "is deprecated", "handles gradient clipping internally"):
+        assert noise not in printed, noise  # DeepSpeed's and Lightning's, silenced by eoscale.train.quiet and .zero
     return root
 
 
