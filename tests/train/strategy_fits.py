@@ -21,8 +21,10 @@ from lightning import Callback
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 STEPS = 10
 RESUMED = 2  # steps of a `+resume` fit after the first fit's STEPS
-# a ViT small enough for seconds of CPU per fit, big enough that its state dwarfs the bookkeeping around it
-VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.backbone_kwargs", "{depth: 4}",
+# a ViT small enough for seconds of CPU per fit, big enough that its state dwarfs the bookkeeping around it; 8 px
+# patches, so that a 32 px tile is 4×4 tokens (at 2×2 the decoder's GroupNorm of 1×1 maps made its loss 1e-3 apart
+# between any two strategies by step 9: see test_zero.test_training_matches_ddp)
+VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.backbone_kwargs", "{depth: 4, patch_size: 8}",
        "--model.init_args.decoder_channels", "32", "--model.init_args.lr", "1e-4"]
 
 

@@ -51,13 +51,12 @@ def test_training_matches_ddp(fits, strategy: str):
     for rank in (0, 1):
         ddp, other = fits["ddp"][rank], fits[strategy][rank]
         assert other["world_size"] == 2 and other["step"] == STEPS and len(other["losses"]) == STEPS
-        # fp32, same data and initial weights: sharding changes where the sums happen, not the training. The
-        # first 6 steps agree within 1e-4 (measured: 1e-5); then AdamW's normalised update, lr·m/(√v+ε), turns the
-        # reduction-order differences of near-zero gradients into whole-lr steps: by step 10 DDP and FSDP2
-        # themselves differ by 1e-3 (measured), and so does ZeRO
+        # fp32, same data and initial weights: sharding changes where the sums happen, not the training (measured:
+        # within 4e-7 over the 10 steps). With 16 px patches the 32 px tiles were 2×2 tokens, and the decoder's
+        # GroupNorm over 1×1 maps normalised two values a group: near-equal pairs turned the reduction-order
+        # differences into 1e-3 of loss by step 9, under every strategy alike (tests/train/strategy_fits.VIT)
         losses, expected = torch.tensor(other["losses"]), torch.tensor(ddp["losses"])
-        torch.testing.assert_close(losses[:6], expected[:6], rtol=0, atol=1e-4)
-        torch.testing.assert_close(losses, expected, rtol=0, atol=3e-3)
+        torch.testing.assert_close(losses, expected, rtol=0, atol=1e-4)
     assert fits["ddp"][0]["losses"] != fits["ddp"][1]["losses"]  # each rank saw its own batches
 
 
@@ -155,7 +154,7 @@ def test_consolidate_reads_deepspeed_metadata_as_plain_data(tmp_path: Path):
 def tiny_vit_config(store: Path, tmp_path_factory) -> list[str]:
     """The configs of the fits above, as `eoscale plan --config` takes them."""
     overlay = tmp_path_factory.mktemp("plan") / "tiny_vit.yaml"
-    overlay.write_text("model:\n  init_args:\n    backbone: vit_tiny_patch16_224\n    backbone_kwargs: {depth: 4}\n"
+    overlay.write_text("model:\n  init_args:\n    backbone: vit_tiny_patch16_224\n    backbone_kwargs: {depth: 4, patch_size: 8}\n"
                        f"    decoder_channels: 32\ndata:\n  init_args:\n    store: {store}\n    batch_size: 4\n")
     return [str(CONFIGS / "smoke.yaml"), str(overlay)]
 
