@@ -22,9 +22,9 @@ from lightning import Callback
 
 from tests.train.strategy_fits import CONFIGS, STEPS
 
-# vit_tiny has 3 heads: 4 split over 2 ranks (head width 48)
+# vit_tiny has 3 heads: 4 split over 2 ranks (head width 48); 8 px patches as in tests.train.strategy_fits
 VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.backbone_kwargs",
-       "{depth: 4, num_heads: 4}", "--model.init_args.decoder_channels", "32", "--model.init_args.lr", "1e-4"]
+       "{depth: 4, num_heads: 4, patch_size: 8}", "--model.init_args.decoder_channels", "32", "--model.init_args.lr", "1e-4"]
 QKV = "model.backbone.net.blocks.0.attn.qkv.weight"
 
 
