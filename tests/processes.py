@@ -41,7 +41,8 @@ def run_cli(args: list[str], cwd: Path, *, timeout: float = 600, env: dict | Non
     return run_module("eoscale", args, cwd, timeout=timeout, env=env)
 
 
-def torchrun(module: str, args: list[str], cwd: Path, *, timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m MODULE ARGS` on two local ranks under torchrun (standalone rendezvous, gloo on CPUs)."""
-    return run_module("torch.distributed.run", ["--standalone", "--nproc-per-node", "2", "-m", module, *args], cwd,
-                      timeout=timeout)
+def torchrun(module: str, args: list[str], cwd: Path, *, timeout: float = 600, ranks: int = 2
+             ) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` on `ranks` local ranks under torchrun (standalone rendezvous, gloo on CPUs)."""
+    return run_module("torch.distributed.run", ["--standalone", "--nproc-per-node", str(ranks), "-m", module, *args],
+                      cwd, timeout=timeout)

@@ -16,7 +16,7 @@ import torch
 from eoscale.cli import main as eoscale_main
 from eoscale.errors import InputError
 from eoscale.train.plan import estimate
-from tests.processes import torchrun
+from tests.processes import run_cli, torchrun
 from tests.train.strategy_fits import CONFIGS, STEPS
 from tests.train.tp_fits import QKV, fit_args, fixed_input
 
@@ -28,6 +28,18 @@ def tp_run(store: Path, tmp_path_factory) -> Path:
     result = torchrun("tests.train.tp_fits", [str(root), str(store)], root)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "sequential all_" not in result.stderr  # DTensor's 2-D gather warnings stay out of the user's sight
+    return root
+
+
+@pytest.fixture(scope="module")
+def tp4_run(store: Path, tmp_path_factory) -> Path:
+    """The folder of a torchrun of four CPU ranks, 2 tensor-parallel × 2 data-parallel (`tests.train.tp_fits ... w4`),
+    and of DDP's fit of the same ViT on two ranks (`ddp2/`), which take the same two data-parallel shards."""
+    root = tmp_path_factory.mktemp("tp4")
+    result = torchrun("tests.train.tp_fits", [str(root), str(store), "w4"], root, ranks=4)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ddp = run_cli(fit_args(str(store), root, "ddp2", strategy="ddp"), root)
+    assert ddp.returncode == 0, ddp.stderr[-4000:]
     return root
 
 
@@ -103,15 +115,20 @@ def test_heads_that_do_not_split_fail_in_one_line(tp_run: Path):
                            "configs/strategy/fsdp.yaml)"), err
 
 
-@pytest.mark.slow
-def test_plan_predicts_the_measured_state_within_10_percent(tp_run: Path, store: Path, tmp_path: Path):
+def _tiny_vit_facts(store: Path, folder: Path):
+    """eoscale plan's facts of the fits' tiny ViT (tests.train.tp_fits.VIT)."""
     from eoscale.train.model_facts import facts_from_config
 
-    overlay = tmp_path / "tiny_vit.yaml"
+    overlay = folder / "tiny_vit.yaml"
     overlay.write_text("model:\n  init_args:\n    backbone: vit_tiny_patch16_224\n    backbone_kwargs: {depth: 4, "
                        f"num_heads: 4, patch_size: 8}}\n    decoder_channels: 32\ndata:\n  init_args:\n    store: {store}\n"
                        "    batch_size: 4\n")
-    facts = facts_from_config([str(CONFIGS / "smoke.yaml"), str(overlay)])
+    return facts_from_config([str(CONFIGS / "smoke.yaml"), str(overlay)])
+
+
+@pytest.mark.slow
+def test_plan_predicts_the_measured_state_within_10_percent(tp_run: Path, store: Path, tmp_path: Path):
+    facts = _tiny_vit_facts(store, tmp_path)
     assert facts.params == _probe(tp_run, "tp")["total"] and facts.heads == 4 and facts.blocks == 4
     predicted = estimate(facts, "fsdp2_tp", 2, precision="32-true", tp=2)
     whole = estimate(facts, "ddp", 2, precision="32-true")
@@ -141,3 +158,34 @@ def test_models_tensor_parallelism_cannot_split():
         check_divisible(odd_mlp, 2)
     with pytest.raises(InputError, match="cannot use tensor parallelism here: cannot shard a Linear"):
         check_divisible(torch.nn.Linear(2, 2), 2)
+
+
+@pytest.mark.slow
+def test_two_tensor_by_two_data_parallel_ranks_train_as_ddp(tp4_run: Path, store: Path, tmp_path: Path):
+    from eoscale.models.checkpoint import load_network
+
+    forward = torch.load(tp4_run / "forward4.pt", weights_only=True)
+    assert forward["diff"] < 1e-5
+    assert forward["qkv_local"] * 4 == forward["qkv_total"]  # half the heads, and FSDP2's half of those
+    # ranks 0-1 and 2-3 are tensor-parallel pairs of data-parallel ranks 0 and 1: each pair takes the batches of
+    # DDP's rank of the same data-parallel index, and trains as it does (measured: within 1e-4 over the 10 steps)
+    for rank, ddp_rank in ((0, 0), (1, 0), (2, 1), (3, 1)):
+        tp, ddp = _probe(tp4_run, "tp4", rank), _probe(tp4_run, "ddp2", ddp_rank)
+        assert tp["world_size"] == 4 and tp["step"] == STEPS == ddp["step"]
+        torch.testing.assert_close(torch.tensor(tp["losses"]), torch.tensor(ddp["losses"]), rtol=0, atol=1e-4)
+    assert _probe(tp4_run, "ddp2", 0)["losses"] != _probe(tp4_run, "ddp2", 1)["losses"]
+    # its sharded checkpoint consolidates into the network it trained
+    sharded = tp4_run / "tp4" / "checkpoints" / "last.ckpt"
+    assert len(list(sharded.glob("*.distcp"))) == 4
+    full = tmp_path / "full.ckpt"
+    assert eoscale_main(["consolidate", str(sharded), str(full)]) == 0
+    h = torch.load(full, weights_only=True)["hyper_parameters"]
+    with torch.no_grad():
+        output = load_network(full).network(fixed_input(h["in_chans"], h["img_size"]))
+    trained = torch.load(tp4_run / "tp4" / "outputs.pt", weights_only=True)
+    torch.testing.assert_close(output, trained["output"], rtol=0, atol=1e-5)
+    # and eoscale plan predicts what each rank holds at this shape
+    predicted = estimate(_tiny_vit_facts(store, tmp_path), "fsdp2_tp", 4, precision="32-true", tp=2)
+    for rank in range(4):
+        measured = _probe(tp4_run, "tp4", rank)["state"]
+        assert measured["total"] == pytest.approx(predicted.state, rel=0.10), (measured, predicted)

@@ -8,6 +8,9 @@ configs/strategy/fsdp2_tp.yaml, 10 steps, as a user runs it (`strategy_fits.Stat
 trained network's output on a fixed input); (3) the same fit resumed from its sharded checkpoint for one more
 step (`Outputs` again, as the resumed run starts); (4) the fit of a ViT whose 3 heads do not split in 2
 (`errors.txt`: its exit code and error output).
+
+With a third argument `w4`, on four ranks (2 tensor-parallel × 2 data-parallel): (1) at that shape
+(`forward4.pt`) and (2) as `tp4/`, nothing else.
 """
 
 from __future__ import annotations
@@ -73,8 +76,9 @@ class Outputs(Callback):
             self._write(trainer, pl_module)
 
 
-def forward_check(out: Path) -> None:
-    """The largest difference between a tiny ViT's output whole and split (TP 2 × FSDP2 over 1)."""
+def forward_check(out: Path, data_parallel: int = 1) -> None:
+    """The largest difference between a tiny ViT's output whole and split (TP 2 × FSDP2 over `data_parallel`):
+    `forward<ranks>.pt` (`forward.pt` at 2 ranks)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from eoscale.models import build_model
@@ -86,7 +90,7 @@ def forward_check(out: Path) -> None:
     whole = build_model("vit_tiny_patch16_224", **kwargs)
     torch.manual_seed(0)
     split = build_model("vit_tiny_patch16_224", **kwargs)
-    mesh = init_device_mesh("cpu", (1, 2), mesh_dim_names=("data_parallel", "tensor_parallel"))
+    mesh = init_device_mesh("cpu", (data_parallel, 2), mesh_dim_names=("data_parallel", "tensor_parallel"))
     shard_model(split, mesh, strategy=TensorParallelStrategy())
     x = fixed_input(4, 32)
     with torch.no_grad():
@@ -94,7 +98,8 @@ def forward_check(out: Path) -> None:
     local = sum(p.to_local().numel() for p in split.backbone.net.blocks[0].attn.qkv.parameters())
     if torch.distributed.get_rank() == 0:
         torch.save({"diff": diff, "qkv_local": local, "qkv_total": sum(p.numel() for p in whole.backbone.net.blocks[0]
-                                                                        .attn.qkv.parameters())}, out / "forward.pt")
+                                                                        .attn.qkv.parameters())},
+                   out / ("forward.pt" if data_parallel == 1 else f"forward{2 * data_parallel}.pt"))
 
 
 def main(argv: list[str]) -> None:
@@ -103,6 +108,11 @@ def main(argv: list[str]) -> None:
 
     root, store = Path(argv[0]), argv[1]
     torch.distributed.init_process_group("gloo")  # Lightning's fits below use this group
+    if argv[2:] == ["w4"]:
+        forward_check(root, data_parallel=2)
+        fit([*fit_args(store, root, "tp4", devices=4), "--trainer.callbacks+=tests.train.tp_fits.Outputs",
+             f"--trainer.callbacks.folder={root / 'tp4'}"])
+        return
     forward_check(root)
     fit([*fit_args(store, root, "tp"), "--trainer.callbacks+=tests.train.tp_fits.Outputs",
          f"--trainer.callbacks.folder={root / 'tp'}"])
