@@ -15,7 +15,13 @@ On one synthetic scene, in one run:
   device's default (`eoscale.infer.predict.reading_threads`, at least 2): how fast the CPU side alone goes.
   Against the model, it says whether the goal can be met at all: the command cannot outrun its feed, so the
   feed must be well above 1× the model (beside a CPU model the two share the cores, so there it is only a
-  measure of the CPU side's cost: 1 / feed is the fraction of the forward time that reading and blending take).
+  measure of the CPU side's cost: 1 / feed is the fraction of the forward time that reading and blending take);
+- the peak memory of the command (VmHWM of a process that runs it once at overlap 0.25 and nothing else), and
+  whether the map it wrote is a valid COG (rio-cogeo): memory must not grow with the scene (column tiles).
+
+Scenes larger than `eoscale.bench.fullsize.PIECE` are built from a repeated synthetic piece, strip by strip
+(`eoscale synth` renders a scene whole: ~12 GB at 10,980²). `--overlaps 0.25 --repeats 1` keeps a full-size
+run within ~15 minutes on 2 cores.
 
 The model is the checkpoint's architecture with random weights (speed does not depend on training).
 """
@@ -23,6 +29,7 @@ The model is the checkpoint's architecture with random weights (speed does not d
 from __future__ import annotations
 
 import argparse
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -40,22 +47,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tile", type=int, default=128, help="the model's tile size = the window (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: %(default)s)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="(default: %(default)s)")
+    parser.add_argument("--overlaps", type=float, nargs="+", default=list(OVERLAPS), metavar="O",
+                        help="overlaps whose cost is measured, among 0 0.25 0.5; 0.25 (the command's default) "
+                             "is always one (default: all)")
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of the baseline, the loop, the command and the feed, in turns; the best counts "
                              "(default: 2)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from eoscale.bench.fullsize import PIECE, synthesize_full_size
     from eoscale.bench.record import record
+    from eoscale.errors import InputError
     from eoscale.synth import synthesize
 
+    overlaps = tuple(sorted(set(args.overlaps)))
+    if not set(overlaps) <= set(OVERLAPS) or 0.25 not in overlaps:
+        raise InputError(f"--overlaps {' '.join(map(str, args.overlaps))}: choose among 0 0.25 0.5, with 0.25")
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-predict-") as tmp:
         tmp = Path(tmp)
         print(f"synthesising a {args.size}×{args.size} scene in {tmp}")
-        scene = Path(synthesize(tmp / "synthetic", scenes=1, size=args.size).scene_paths[0])
+        if args.size > PIECE:
+            scene = Path(synthesize_full_size(tmp / "synthetic", args.size)["scenes"][0])
+        else:
+            scene = Path(synthesize(tmp / "synthetic", scenes=1, size=args.size).scene_paths[0])
         checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
         figures = bench_predict(scene, checkpoint, tmp / "maps", batch_size=args.batch_size, device=args.device,
-                                repeats=args.repeats)
+                                repeats=args.repeats, overlaps=overlaps)
     figures["model"] = {"backbone": args.backbone, "tile": args.tile}
     base, whole, loop = figures["baseline"], figures["command"], figures["window_loop"]
     print(f"predict on a {args.size}×{args.size} scene ({figures['data']['km2']:.1f} km²), {args.backbone} at "
@@ -72,14 +90,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"  (the command reads with {figures['readers']} thread{'s' if figures['readers'] != 1 else ''} "
           "on this device)")
     for o, f in figures["overlap"].items():
-        print(f"  overlap {o}: {f['windows']} windows, {f['seconds']:.1f} s, {f['km2_per_s']:.3f} km²/s, "
-              f"{f['cost_vs_no_overlap']:.2f}× the time of overlap 0")
+        cost = f"{f['cost_vs_no_overlap']:.2f}× the time of overlap 0" if "cost_vs_no_overlap" in f else ""
+        print(f"  overlap {o}: {f['windows']} windows, {f['seconds']:.1f} s, {f['km2_per_s']:.3f} km²/s {cost}")
+    memory = figures["command_memory"]
+    print(f"  peak memory of the command (a process of its own): {memory['peak_rss_bytes'] / 2**30:.2f} GiB "
+          f"({memory['bytes_per_scene_pixel']:.1f} bytes a scene pixel); map a valid COG: {memory['cog_valid']}")
     if args.record:
         print(f"recorded in {record('predict', figures, directory=args.record)}")
     return 0
 
 
-def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: int, device: str, repeats: int) -> dict:
+def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: int, device: str, repeats: int,
+                  overlaps: tuple[float, ...] = OVERLAPS) -> dict:
     import torch
 
     from eoscale.infer.model import load_model
@@ -107,10 +129,10 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
     feed_readers = sorted({1, max(2, default_readers)})
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if on.type == "cuda" else torch.autocast("cpu", enabled=False)
 
-    def forward_all() -> float:
+    def forward_all(count: int | None = None) -> float:
         started = time.perf_counter()
         with torch.inference_mode(), autocast:
-            for batch in batched(windows, batch_size):
+            for batch in batched(windows[:count], batch_size):
                 model.network(torch.stack(batch).to(on)).float().softmax(dim=1)
         if on.type == "cuda":
             torch.cuda.synchronize()
@@ -127,25 +149,32 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
 
     instant = instant_model(len(contract.classes)).to(on)
 
+    def config(o: float, run: int | str) -> PredictConfig:
+        return PredictConfig(checkpoint=str(checkpoint), inputs=[str(scene)], output=str(output / f"{o}-{run}"),
+                             overlap=o, batch_size=batch_size, device=device, progress=False)
+
     def command(o: float, run: int) -> float:
-        config = PredictConfig(checkpoint=str(checkpoint), inputs=[str(scene)], output=str(output / f"{o}-{run}"),
-                               overlap=o, batch_size=batch_size, device=device, progress=False)
         started = time.perf_counter()
-        predict(config)
+        predict(config(o, run))
+        shutil.rmtree(output / f"{o}-{run}")  # a full-size run's maps would add up
         return time.perf_counter() - started
 
-    forward_all()  # warm-up: kernels, allocator, first reads
+    forward_all(8 * batch_size)  # warm-up: kernels, allocator
     # the sides take turns, best of `repeats` each, so that a change in the machine's load hits them alike
-    runs = [[forward_all(), loop_only(), *(command(o, r) for o in OVERLAPS),
+    runs = [[forward_all(), loop_only(), *(command(o, r) for o in overlaps),
              *(loop_only(instant, readers=n) for n in feed_readers)] for r in range(max(repeats, 1))]
     baseline, loop, *rest = (min(column) for column in zip(*runs, strict=True))
-    commands, feeds = rest[: len(OVERLAPS)], rest[len(OVERLAPS) :]
+    commands, feeds = rest[: len(overlaps)], rest[len(overlaps) :]
     overlap = {}
-    for o, seconds in zip(OVERLAPS, commands, strict=True):
+    for o, seconds in zip(overlaps, commands, strict=True):
         count = WindowGrid.make(source.height, source.width, window=contract.tile_size, overlap=o).count
         overlap[str(o)] = {"windows": count, "seconds": seconds, "windows_per_s": count / seconds,
-                           "km2_per_s": km2 / seconds, "cost_vs_no_overlap": seconds / commands[0]}
+                           "km2_per_s": km2 / seconds}
+        if 0.0 in overlaps:
+            overlap[str(o)]["cost_vs_no_overlap"] = seconds / commands[0]
     whole = overlap["0.25"]
+    windows.clear()  # the baseline's windows are not the command's memory; it is measured in a process of its own
+    memory = command_memory(config(0.25, "memory"), source.height * source.width)
     return {
         "data": {"height": source.height, "width": source.width, "km2": km2, "bands": len(contract.bands)},
         "device": str(on),
@@ -156,10 +185,34 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
         "ratio_window_loop": baseline / loop,
         "ratio_whole_command": baseline / whole["seconds"],
         "overlap": overlap,
+        "command_memory": memory,
         "readers": default_readers,
         "feed": {str(n): {"seconds": t, "windows_per_s": grid.count / t, "vs_model": baseline / t}
                  for n, t in zip(feed_readers, feeds, strict=True)},
     }
+
+
+def command_memory(config, pixels: int) -> dict:
+    """Run the command once in a fresh process: its peak resident memory (VmHWM) and whether its map is a COG."""
+    import multiprocessing
+
+    from rio_cogeo.cogeo import cog_validate
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        peak, maps = pool.apply(_predict_in_process, (config,))
+    valid, errors, _ = cog_validate(maps[0], quiet=True)
+    return {"peak_rss_bytes": peak, "bytes_per_scene_pixel": peak / pixels, "cog_valid": bool(valid),
+            "cog_errors": errors}
+
+
+def _predict_in_process(config) -> tuple[int, list[str]]:
+    from eoscale.infer.run import predict
+
+    predict(config)
+    status = Path("/proc/self/status").read_text()
+    peak = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:"))
+    return peak, sorted(str(p) for p in Path(config.output).glob("*_landcover.tif"))
 
 
 def instant_model(classes: int):

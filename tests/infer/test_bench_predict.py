@@ -29,3 +29,17 @@ def test_bench_predict_records_its_figures(tmp_path, capsys):
     # the feed (an instant model) with one reading thread and with the device's default (at least 2)
     assert run["readers"] == 1 and set(run["feed"]) == {"1", "2"}
     assert all(f["windows_per_s"] > 0 and f["vs_model"] > 0 for f in run["feed"].values())
+    # the command's own peak memory, in a process of its own, and its map a valid COG
+    memory = run["command_memory"]
+    assert memory["cog_valid"] is True and memory["cog_errors"] == []
+    assert 0 < memory["peak_rss_bytes"] < 8 * 2**30 and memory["bytes_per_scene_pixel"] > 0
+
+
+def test_bench_predict_overlaps_must_hold_the_commands_default():
+    from eoscale.errors import InputError
+
+    parser = argparse.ArgumentParser()
+    bench.configure(parser)
+    parser.add_argument("--record")
+    with pytest.raises(InputError, match="--overlaps 0.5: choose among 0 0.25 0.5, with 0.25"):
+        bench.run(parser.parse_args(["--overlaps", "0.5"]))
