@@ -323,7 +323,7 @@ def export_backbone(task: MAETask, path: str | Path) -> Path:
     metadata = {
         "model": h.backbone,
         "model_kwargs": dict(h.get("backbone_kwargs") or {}),
-        "patch_size": int(task.model.patch),
+        "patch_size": int(task.model.backbone.net.patch_embed.patch_size[0]),  # MAE's and DINO's models alike
         "img_size": int(h.img_size),
         "in_chans": int(h.in_chans),
         "bands": list(contract.bands) if contract else [],
