@@ -43,6 +43,17 @@ def tp4_run(store: Path, tmp_path_factory) -> Path:
     return root
 
 
+def _consolidated_output(sharded: Path, folder: Path) -> tuple[Path, torch.Tensor]:
+    """`eoscale consolidate` of a sharded checkpoint into `folder`, and its network's output on `fixed_input`."""
+    from eoscale.models.checkpoint import load_network
+
+    full = folder / "full.ckpt"
+    assert eoscale_main(["consolidate", str(sharded), str(full)]) == 0
+    h = torch.load(full, weights_only=True)["hyper_parameters"]
+    with torch.no_grad():
+        return full, load_network(full).network(fixed_input(h["in_chans"], h["img_size"]))
+
+
 def _probe(root: Path, name: str, rank: int = 0) -> dict:
     return torch.load(root / name / "probe" / f"rank{rank}.pt", weights_only=True)
 
@@ -71,8 +82,6 @@ def test_training_matches_one_process(tp_run: Path, store: Path, tmp_path: Path)
 
 @pytest.mark.slow
 def test_sharded_checkpoint_resumes_consolidates_and_predicts(tp_run: Path, store: Path, tmp_path: Path):
-    from eoscale.models.checkpoint import load_network
-
     trained = torch.load(tp_run / "tp" / "outputs.pt", weights_only=True)
     resumed = torch.load(tp_run / "resumed" / "outputs.pt", weights_only=True)
     # resumed from the sharded folder: the same network and AdamW moments as the fit ended with
@@ -83,15 +92,9 @@ def test_sharded_checkpoint_resumes_consolidates_and_predicts(tp_run: Path, stor
 
     sharded = tp_run / "tp" / "checkpoints" / "last.ckpt"
     assert sharded.is_dir() and len(list(sharded.glob("*.distcp"))) == 2
-    full = tmp_path / "full.ckpt"
-    assert eoscale_main(["consolidate", str(sharded), str(full)]) == 0
-    saved = torch.load(full, weights_only=True)
+    full, output = _consolidated_output(sharded, tmp_path)
     # the checkpoint holds qkv in timm's own [q; k; v] row order, whole
-    assert saved["state_dict"][QKV].shape == (3 * 192, 192)
-    network = load_network(full).network
-    h = saved["hyper_parameters"]
-    with torch.no_grad():
-        output = network(fixed_input(h["in_chans"], h["img_size"]))
+    assert torch.load(full, weights_only=True)["state_dict"][QKV].shape == (3 * 192, 192)
     torch.testing.assert_close(output, trained["output"], rtol=0, atol=1e-5)
 
     scene = store.parent / "scene0.tif"
@@ -162,8 +165,6 @@ def test_models_tensor_parallelism_cannot_split():
 
 @pytest.mark.slow
 def test_two_tensor_by_two_data_parallel_ranks_train_as_ddp(tp4_run: Path, store: Path, tmp_path: Path):
-    from eoscale.models.checkpoint import load_network
-
     forward = torch.load(tp4_run / "forward4.pt", weights_only=True)
     assert forward["diff"] < 1e-5
     assert forward["qkv_local"] * 4 == forward["qkv_total"]  # half the heads, and FSDP2's half of those
@@ -177,11 +178,7 @@ def test_two_tensor_by_two_data_parallel_ranks_train_as_ddp(tp4_run: Path, store
     # its sharded checkpoint consolidates into the network it trained
     sharded = tp4_run / "tp4" / "checkpoints" / "last.ckpt"
     assert len(list(sharded.glob("*.distcp"))) == 4
-    full = tmp_path / "full.ckpt"
-    assert eoscale_main(["consolidate", str(sharded), str(full)]) == 0
-    h = torch.load(full, weights_only=True)["hyper_parameters"]
-    with torch.no_grad():
-        output = load_network(full).network(fixed_input(h["in_chans"], h["img_size"]))
+    _, output = _consolidated_output(sharded, tmp_path)
     trained = torch.load(tp4_run / "tp4" / "outputs.pt", weights_only=True)
     torch.testing.assert_close(output, trained["output"], rtol=0, atol=1e-5)
     # and eoscale plan predicts what each rank holds at this shape
