@@ -44,7 +44,7 @@ def synthesize_full_size(out: Path, size: int, *, seed: int = 0) -> dict[str, ob
             if text:
                 dst.set_band_description(i, text)
     # the piece's labels on its own 20 m grid in the scene's CRS, then repeated like the pixels
-    coarse = transform * transform.scale(2)
+    coarse = transform @ transform.scale(2)
     piece_labels = np.zeros((1, math.ceil(piece / 2), math.ceil(piece / 2)), dtype=np.uint8)
     with rasterio.open(synth.label_paths[0]) as src:
         reproject(rasterio.band(src, 1), piece_labels[0], dst_transform=coarse, dst_crs=crs, src_nodata=src.nodata,
@@ -58,6 +58,14 @@ def synthesize_full_size(out: Path, size: int, *, seed: int = 0) -> dict[str, ob
     (out / "fullsize.json").write_text(json.dumps({"size": size, "piece": piece, "seed": seed}) + "\n")
     shutil.rmtree(out / "piece")
     return {"scenes": [str(scene)], "labels": [str(labels)], "classes": str(classes)}
+
+
+def full_size_inputs(out: Path) -> dict[str, object] | None:
+    """The inputs of the scene `synthesize_full_size` wrote into `out` (None if it holds none): benchmarks take
+    such a folder as --data, to be rerun on one scene without building it again."""
+    if not (out / "fullsize.json").is_file():
+        return None
+    return {"scenes": [str(out / "scene.tif")], "labels": [str(out / "labels.tif")], "classes": str(out / "classes.csv")}
 
 
 def _write_repeated(dst, piece: np.ndarray, rows_at_a_time: int = 256) -> None:

@@ -184,7 +184,9 @@ def bench_ingest(inputs: dict[str, object], work: Path, *, workers: int, repeats
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", metavar="DIR",
-                        help="a synthetic set from 'eoscale synth' (default: make the default set in a temporary folder)")
+                        help="a synthetic set from 'eoscale synth', or a folder with one full-size scene from "
+                             "eoscale.bench.fullsize.synthesize_full_size (default: make the default set in a "
+                             "temporary folder)")
     parser.add_argument("--scenes", type=int, default=None,
                         help="scenes to synthesise when --data is not given (default: 5, or 1 with --size)")
     parser.add_argument("--size", type=int, default=None, metavar="PIXELS",
@@ -194,7 +196,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eoscale.bench.fullsize import PIECE, synthesize_full_size
+    from eoscale.bench.fullsize import PIECE, full_size_inputs, synthesize_full_size
     from eoscale.bench.record import record
     from eoscale.cluster import default_workers
     from eoscale.errors import InputError
@@ -213,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-") as tmp:
         data = Path(args.data) if args.data else Path(tmp) / "synthetic"
         if args.data:
-            inputs = synthetic_inputs(data)
+            inputs = full_size_inputs(data) or synthetic_inputs(data)
         elif size > PIECE:
             print(f"building one scene of {size}² px (10 bands) from synthetic pieces in {data}")
             inputs = synthesize_full_size(data, size)

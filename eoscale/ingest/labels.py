@@ -88,7 +88,7 @@ def reproject_labels(scene: Scene, rasters: list[LabelRaster], classes: ClassTab
     try:
         for row in range(0, scene.height, step):
             height = min(step, scene.height - row)
-            transform = scene.transform * Affine.translation(0, row)
+            transform = scene.transform @ Affine.translation(0, row)
             codes = None
             for raster, src in zip(rasters, sources, strict=True):
                 # int32 destination holds every integer code type GDAL warps; -1 marks "no data here"

@@ -156,7 +156,7 @@ def _ground_cells(ground: tuple[Affine, object], row_off: np.ndarray, col_off: n
                   cell: float) -> np.ndarray:
     """The (column, row) of the ground-grid cell under each tile's centre."""
     transform, crs = ground
-    x, y = transform * (col_off + tile_size / 2, row_off + tile_size / 2)
+    x, y = transform @ (col_off + tile_size / 2, row_off + tile_size / 2)
     to_ground = Transformer.from_crs(CRS.from_user_input(crs), CRS.from_user_input(GROUND_CRS), always_xy=True)
     gx, gy = to_ground.transform(np.asarray(x, dtype=float), np.asarray(y, dtype=float))
     return np.stack([np.floor(np.asarray(gx) / cell), np.floor(np.asarray(gy) / cell)], 1).astype(np.int64)

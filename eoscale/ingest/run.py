@@ -33,10 +33,10 @@ from eoscale.errors import InputError, OutputExistsError
 from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
 from eoscale.ingest.lock import check_replaceable, is_tile_store, one_writer
 from eoscale.ingest.plan import make_plan
-from eoscale.ingest.scan import scan_validity, warp_labels
+from eoscale.ingest.scan import only_nodata, scan_parts, scan_validity, warp_labels
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.stats import statistics_from_histograms
-from eoscale.ingest.writer import finalize, gather_markers, marker_path, write_shard
+from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, open_scenes
 from eoscale.raster.stac import label_files
@@ -151,19 +151,27 @@ def ingest(
     with dask_client(workers=workers, scheduler=scheduler,
                      preload=("eoscale.ingest.scan", "eoscale.ingest.writer")) as client:
         lap("cluster")
-        scan_tasks = [
-            client.submit(scan_validity, scene, i, tile_size=tile_size, stride=stride, progress=str(progress_dir),
-                          key=f"eoscale-scan-{i}", pure=False, priority=10)
-            for i, scene in enumerate(scene_list)
-        ]
+        threads = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values())
+        # the label tasks first (every shard of a scene waits for its labels), then the scans, a large scene's in
+        # runs of window rows over all workers (fewer scenes than workers left all but one idle for the whole scan)
         label_tasks = [
             client.submit(warp_labels, scene, i, scene_labels[i], class_table, progress=str(progress_dir),
-                          key=f"eoscale-labels-{i}", pure=False)
+                          key=f"eoscale-labels-{i}", pure=False, priority=10)
+            for i, scene in enumerate(scene_list)
+        ]
+        scan_tasks = [
+            [client.submit(scan_validity, scene, i, tile_size=tile_size, stride=stride, progress=str(progress_dir),
+                           rows=rows, key=f"eoscale-scan-{i}-{rows[0]}", pure=False, priority=10)
+             for rows in scan_parts(scene.height, tile_size, stride, -(-2 * threads // len(scene_list)))]
             for i, scene in enumerate(scene_list)
         ]
         hash_tasks = {p: client.submit(file_sha256, p, key=f"eoscale-sha256-{i}", pure=False)
                       for i, p in enumerate(_input_paths(scene_list, label_paths)) if p not in digests}
-        window_valid = client.gather(scan_tasks)  # the label tasks go on meanwhile
+        window_valid = []
+        for i, parts in enumerate(client.gather(scan_tasks)):  # the label tasks go on meanwhile
+            if not any(any_valid for _, any_valid in parts):
+                raise only_nodata(scene_list[i])
+            window_valid.append(np.concatenate([fractions for fractions, _ in parts], axis=0))
         lap("scan")
         plan = make_plan(window_valid, tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
                          min_valid=min_valid, fractions=split, split_block=split_block, seed=seed,
@@ -182,13 +190,21 @@ def ingest(
         lap("plan")
         todo = [k for k in range(plan.num_shards) if not marker_path(progress_dir, k).exists()]
         resumed = plan.num_shards - len(todo)
+        # each worker writes one run of consecutive shards (loosely: an idle worker may take another's): neighbouring
+        # shards read the same rows of GDAL blocks, which a worker's open reader then decodes once
+        # (eoscale.ingest.writer.open_reader)
+        addresses = sorted(client.scheduler_info()["workers"])
+        owner = np.zeros(len(todo), dtype=int)
+        for w, part in enumerate(np.array_split(np.arange(len(todo)), len(addresses))):
+            owner[part] = w
         futures = []
-        for k in todo:
+        for j, k in enumerate(todo):
             start, stop = plan.shard_range(k)
             futures.append(client.submit(
                 write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop], plan.row_off[start:stop],
                 plan.col_off[start:stop], scene_list, tile_size, len(class_table),
                 *[label_tasks[s] for s in np.unique(plan.scene[start:stop])], key=f"eoscale-shard-{k}", pure=False,
+                workers=[addresses[owner[j]]], allow_other_workers=True,
             ))
         _wait_with_progress(client, futures, total=len(plan), done=len(plan) - sum(
             plan.shard_range(k)[1] - plan.shard_range(k)[0] for k in todo), show=progress)
@@ -197,6 +213,7 @@ def ingest(
             for code, count in counts.items():
                 unmapped[code] = unmapped.get(code, 0) + count
         digests.update(zip(hash_tasks, client.gather(list(hash_tasks.values())), strict=True))
+        client.run(close_readers)
         lap("shards")
 
     gathered = gather_markers(progress_dir, plan)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import warnings
 from pathlib import Path
 
@@ -63,7 +64,8 @@ def write_shard(
     for s in np.unique(scene_index):
         scene = scenes[s]
         scene_labels = load_scene_labels(Path(progress), int(s))
-        with SceneReader(scene) as reader, gdal_cache(reader.cache_bytes()):
+        reader = open_reader(scene)
+        with gdal_cache(reader.cache_bytes()):
             for positions, row, col0, count in _runs(np.flatnonzero(scene_index == s), row_off, col_off, t):
                 block = reader.read_masked(row, col0, t, count * t)
                 masked[s] += (int(block.by_mask.sum()), int(block.by_nodata.sum()))
@@ -99,6 +101,48 @@ def write_shard(
              masked=masked, digest_files=np.array(files, dtype=str), digests=np.array(digests, dtype=str))
     os.replace(tmp, marker)
     return n
+
+
+# Each worker thread keeps its last scene open between shard tasks: consecutive shards of a split cut the same rows
+# of GDAL blocks (a 256-tile shard is about two rows of windows, a 256 px block row four), and GDAL keeps a file's
+# decoded blocks only while the file is open. Closing the reader after every shard made the next shard decode
+# its blocks again: reading a train shard's tiles took 1.8x as long (eoscale bench ingest --size 10980; its
+# record in benchmarks/ingest.json). One reader a thread, so a worker's memory is still one scene's block cache.
+_held: dict[int, tuple[tuple, SceneReader]] = {}
+_held_lock = threading.Lock()
+
+
+def open_reader(scene: Scene) -> SceneReader:
+    """The calling thread's open reader of `scene`, reused while the scene and its files (size, modification
+    time) are unchanged; the thread's reader of another scene is closed first."""
+    key = (scene, tuple(_stat(p) for p in scene.paths))
+    thread = threading.get_ident()
+    with _held_lock:
+        held = _held.pop(thread, None)
+    if held is not None:
+        if held[0] == key:
+            with _held_lock:
+                _held[thread] = held
+            return held[1]
+        held[1].close()
+    reader = SceneReader(scene)
+    with _held_lock:
+        _held[thread] = (key, reader)
+    return reader
+
+
+def close_readers() -> None:
+    """Close every reader `open_reader` holds in this process (run on each worker when the shards are written)."""
+    with _held_lock:
+        held = list(_held.values())
+        _held.clear()
+    for _, reader in held:
+        reader.close()
+
+
+def _stat(path: str) -> tuple:
+    st = os.stat(path)
+    return path, st.st_size, st.st_mtime_ns
 
 
 def _runs(positions: np.ndarray, row_off: np.ndarray, col_off: np.ndarray, t: int):
