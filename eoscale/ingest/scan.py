@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from eoscale.classes import IGNORE_INDEX, ClassTable
+from eoscale.cluster.heap import large_arrays_from_the_heap
 from eoscale.errors import InputError
 from eoscale.ingest.labels import LabelRaster, reproject_labels, strip_rows
 from eoscale.ingest.plan import window_offsets, window_valid_fraction
@@ -42,6 +43,7 @@ def scan_validity(scene: Scene, index: int, *, tile_size: int, stride: int, prog
                   rows: tuple[int, int] | None = None) -> tuple[np.ndarray, bool]:
     """Valid fraction (on the reference band) of every window of the scene's tiling in the rows of windows `rows`
     ([first, stop), default all), rows × columns; and whether any pixel those rows read holds data."""
+    large_arrays_from_the_heap()
     all_rows = window_offsets(scene.height, tile_size, stride)
     first, stop = rows if rows is not None else (0, len(all_rows))
     path = Path(progress) / f"scene-{index:05d}.valid-{first}-{stop}.npz"
@@ -76,6 +78,7 @@ def warp_labels(scene: Scene, index: int, labels: list[LabelRaster], classes: Cl
     """Write the scene's class indices on its grid to the progress folder; returns the unmapped code counts.
 
     The labels are warped and written in strips (`reproject_labels`), never held whole."""
+    large_arrays_from_the_heap()
     paths = _paths(Path(progress), index)
     if paths["labels.json"].exists():
         return {int(k): int(v) for k, v in json.loads(paths["labels.json"].read_text()).items()}

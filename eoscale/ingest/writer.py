@@ -21,6 +21,7 @@ import zarr
 from eoscale import schema
 from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX
+from eoscale.cluster.heap import large_arrays_from_the_heap
 from eoscale.ingest.plan import TilePlan
 from eoscale.ingest.scan import load_scene_labels
 from eoscale.ingest.shards import write_whole_shard
@@ -56,6 +57,7 @@ def write_shard(
     `scene_labels_ready` are the results of the label tasks of the scenes it cuts: Dask runs this task
     only once they are done.
     """
+    large_arrays_from_the_heap()
     n, t = len(scene_index), tile_size
     images = np.empty((n, len(scenes[0].bands), t, t), dtype=np.uint16)
     labels = np.empty((n, t, t), dtype=np.uint8)
