@@ -19,6 +19,9 @@ On one synthetic scene, in one run:
 - the peak memory of the command (VmHWM of a process that runs it once at overlap 0.25 and nothing else), and
   whether the map it wrote is a valid COG (rio-cogeo): memory must not grow with the scene (column tiles).
 
+`--memory` measures only that peak, at 4,096² (`MEMORY_REFERENCE`) and at `--size`, and their ratio (goal ≤ 1.3 for
+7.2x the area at 10,980², the measure the ingest memory test uses): a few minutes where the whole bench takes ~15.
+
 Scenes larger than `eoscale.bench.fullsize.PIECE` are built from a repeated synthetic piece, strip by strip
 (`eoscale synth` renders a scene whole: ~12 GB at 10,980²). `--overlaps 0.25 --repeats 1` keeps a full-size
 run within ~15 minutes on 2 cores.
@@ -37,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 OVERLAPS = (0.0, 0.25, 0.5)
+MEMORY_REFERENCE = 4096  # px: the scene --memory compares --size against
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +54,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overlaps", type=float, nargs="+", default=list(OVERLAPS), metavar="O",
                         help="overlaps whose cost is measured, among 0 0.25 0.5; 0.25 (the command's default) "
                              "is always one (default: all)")
+    parser.add_argument("--memory", action="store_true",
+                        help=f"measure only the command's peak memory, at {MEMORY_REFERENCE}² and at --size, and their "
+                             "ratio (goal ≤ 1.3: flat)")
     parser.add_argument("--repeats", type=int, default=2,
                         help="runs of the baseline, the loop, the command and the feed, in turns; the best counts "
                              "(default: 2)")
@@ -64,13 +71,17 @@ def run(args: argparse.Namespace) -> int:
     overlaps = tuple(sorted(set(args.overlaps)))
     if not set(overlaps) <= set(OVERLAPS) or 0.25 not in overlaps:
         raise InputError(f"--overlaps {' '.join(map(str, args.overlaps))}: choose among 0 0.25 0.5, with 0.25")
+    def make_scene(folder: Path, size: int) -> Path:
+        print(f"synthesising a {size}×{size} scene in {folder}")
+        if size > PIECE:
+            return Path(synthesize_full_size(folder, size)["scenes"][0])
+        return Path(synthesize(folder, scenes=1, size=size).scene_paths[0])
+
+    if args.memory:
+        return _run_memory(args, make_scene, record)
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-predict-") as tmp:
         tmp = Path(tmp)
-        print(f"synthesising a {args.size}×{args.size} scene in {tmp}")
-        if args.size > PIECE:
-            scene = Path(synthesize_full_size(tmp / "synthetic", args.size)["scenes"][0])
-        else:
-            scene = Path(synthesize(tmp / "synthetic", scenes=1, size=args.size).scene_paths[0])
+        scene = make_scene(tmp / "synthetic", args.size)
         checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
         figures = bench_predict(scene, checkpoint, tmp / "maps", batch_size=args.batch_size, device=args.device,
                                 repeats=args.repeats, overlaps=overlaps)
@@ -95,6 +106,35 @@ def run(args: argparse.Namespace) -> int:
     memory = figures["command_memory"]
     print(f"  peak memory of the command (a process of its own): {memory['peak_rss_bytes'] / 2**30:.2f} GiB "
           f"({memory['bytes_per_scene_pixel']:.1f} bytes a scene pixel); map a valid COG: {memory['cog_valid']}")
+    if args.record:
+        print(f"recorded in {record('predict', figures, directory=args.record)}")
+    return 0
+
+
+def _run_memory(args: argparse.Namespace, make_scene, record) -> int:
+    """`--memory`: the command's peak memory at MEMORY_REFERENCE² and at --size (each scene in a fresh process)."""
+    from eoscale.infer.run import PredictConfig
+
+    sizes = sorted({MEMORY_REFERENCE, args.size})
+    memory = {}
+    for size in sizes:
+        with tempfile.TemporaryDirectory(prefix="eoscale-bench-predict-") as tmp:
+            tmp = Path(tmp)
+            scene = make_scene(tmp / "synthetic", size)
+            checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
+            config = PredictConfig(checkpoint=str(checkpoint), inputs=[str(scene)], output=str(tmp / "maps"),
+                                   overlap=0.25, batch_size=args.batch_size, device=args.device, progress=False)
+            started = time.perf_counter()
+            memory[str(size)] = {**command_memory(config, size * size), "seconds": time.perf_counter() - started}
+        print(f"  {size}×{size}: peak memory {memory[str(size)]['peak_rss_bytes'] / 2**30:.2f} GiB, map a valid COG: "
+              f"{memory[str(size)]['cog_valid']} ({memory[str(size)]['seconds']:.0f} s)")
+    ratio = memory[str(sizes[-1])]["peak_rss_bytes"] / memory[str(sizes[0])]["peak_rss_bytes"]
+    area = (sizes[-1] / sizes[0]) ** 2
+    print(f"peak memory at {sizes[-1]}² ÷ at {sizes[0]}²: {ratio:.2f}× for {area:.1f}× the area "
+          f"(goal ≤ 1.3: {'met' if ratio <= 1.3 else 'NOT met'})")
+    figures = {"mode": "memory", "model": {"backbone": args.backbone, "tile": args.tile}, "overlap": 0.25,
+               "command_memory_by_size": memory, "memory_ratio": ratio, "area_ratio": area,
+               "goal": "peak memory at --size <= 1.3x that at 4096²"}
     if args.record:
         print(f"recorded in {record('predict', figures, directory=args.record)}")
     return 0

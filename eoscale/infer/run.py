@@ -59,6 +59,7 @@ from eoscale.infer.outputs import (
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
+from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
 from eoscale.raster.stac import open_items
 from eoscale.sensors import parse_band_map
@@ -215,10 +216,16 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
                                                       PROFILE_SCHEDULE)) if config.profile else None
                 advance = _steps(bar, heartbeat, profile)
                 for scene, part, parts, owner in tasks:
-                    predict_part(plan, config, scene, work / scene.id, part, parts, advance)
-                    if rank == owner:
-                        peers = Peers(work, [p for p in range(parts) if p != rank]) if parts > 1 else None
-                        finalise(plan, config, scene, work, parts, peers=peers, advance=advance)
+                    # GDAL's block cache sized for the scene's rows of file blocks that a strip of windows crosses:
+                    # its default (5 % of the machine's memory) kept up to that much of a large scene's decoded
+                    # blocks, so memory grew with the scene (benchmarks/predict.json, command_memory)
+                    with SceneReader(scene) as reader:
+                        cache = reader.cache_bytes()
+                    with gdal_cache(cache):
+                        predict_part(plan, config, scene, work / scene.id, part, parts, advance)
+                        if rank == owner:
+                            peers = Peers(work, [p for p in range(parts) if p != rank]) if parts > 1 else None
+                            finalise(plan, config, scene, work, parts, peers=peers, advance=advance)
     except BaseException as err:
         if world > 1:
             report_failure(work, rank, err)  # so that no other process waits for this one in vain

@@ -43,3 +43,21 @@ def test_bench_predict_overlaps_must_hold_the_commands_default():
     parser.add_argument("--record")
     with pytest.raises(InputError, match="--overlaps 0.5: choose among 0 0.25 0.5, with 0.25"):
         bench.run(parser.parse_args(["--overlaps", "0.5"]))
+
+
+def test_bench_predict_memory_compares_two_sizes(tmp_path, capsys, monkeypatch):
+    """--memory: the command's peak at the reference size and at --size, each in a process of its own, and their
+    ratio (here 96² against 128² px, for speed; the bench compares 4,096² with a whole Sentinel-2 tile)."""
+    monkeypatch.setattr(bench, "MEMORY_REFERENCE", 96)
+    parser = argparse.ArgumentParser()
+    bench.configure(parser)
+    parser.add_argument("--record")
+    args = parser.parse_args(["--memory", "--size", "128", "--backbone", "test_resnet", "--tile", "32",
+                              "--batch-size", "8", "--record", str(tmp_path)])
+    assert bench.run(args) == 0
+    assert "peak memory at 128² ÷ at 96²" in capsys.readouterr().out
+    (run,) = json.loads((tmp_path / "predict.json").read_text())
+    assert run["mode"] == "memory" and set(run["command_memory_by_size"]) == {"96", "128"}
+    peaks = [run["command_memory_by_size"][s]["peak_rss_bytes"] for s in ("96", "128")]
+    assert all(0 < p < 8 * 2**30 for p in peaks) and run["memory_ratio"] == peaks[1] / peaks[0]
+    assert all(m["cog_valid"] for m in run["command_memory_by_size"].values())
