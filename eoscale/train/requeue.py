@@ -6,8 +6,8 @@ bytecodes, so one rank can enter `save_checkpoint`'s barrier while another is st
 all-reduce: the collectives no longer pair up and the job hangs until Slurm kills it (Lightning issue #21406;
 seen here: the local Slurm test hung for its 600 s limit with the checkpoint half-made). Here the handler only
 records the signal; after each training batch the ranks agree whether any of them got it (one boolean
-all-reduce, `Strategy.reduce_boolean_decision`) and, if so, all save `hpc_ckpt_N.ckpt` together, rank 0 runs
-`scontrol requeue`, and training stops. The requeued job resumes from the highest N (Lightning picks it up
+all-reduce, `Strategy.reduce_boolean_decision`) and, if so, all save `hpc_ckpt_N.ckpt` together and training stops; when the fit has ended
+on every rank, rank 0 runs `scontrol requeue`. The requeued job resumes from the highest N (Lightning picks it up
 under Slurm; `eoscale.train.cli` continues the MLflow run).
 """
 
@@ -47,6 +47,7 @@ class SlurmRequeue(Callback):
     def __init__(self) -> None:
         self.signalled = False
         self._previous: Any = None
+        self._resume_from: Path | None = None  # the checkpoint saved on the signal: requeue when the fit ends
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         # nothing but a flag: the handler may run in the middle of a collective (or in a forked loader worker)
@@ -73,8 +74,21 @@ class SlurmRequeue(Callback):
         if trainer.is_global_zero:
             print(f"eoscale: Slurm's time-limit signal (SIGUSR1): every rank saves {path} at step "
                   f"{trainer.global_step}, then the job is requeued", flush=True)
-        trainer.save_checkpoint(path)  # every rank, ending in a barrier: the file is whole before the requeue
+        # every rank, ending in a barrier: the file is whole before the requeue (weights_only=False says what
+        # Lightning's default is, so that it does not print it on every rank)
+        trainer.save_checkpoint(path, weights_only=False)
         trainer.should_stop = True
+        self._resume_from = path
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        # `scontrol requeue` ends the job's step at once: asked for in on_train_batch_end, it killed the ranks in the
+        # middle of that step's validation (a gloo abort and a traceback from every rank in the job's log). Here
+        # every rank is done with collectives, and Lightning has put back its SIGTERM handler (which logged
+        # "Bypassing SIGTERM"); the ranks wait for each other first, so none is cut off in the fit's last step.
+        path, self._resume_from = self._resume_from, None
+        if path is None:
+            return
+        trainer.strategy.barrier("eoscale-requeue")
         if trainer.is_global_zero:
             job = slurm_job_id()
             done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
