@@ -63,25 +63,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eoscale.bench.fullsize import PIECE, synthesize_full_size
     from eoscale.bench.record import record
     from eoscale.errors import InputError
-    from eoscale.synth import synthesize
 
     overlaps = tuple(sorted(set(args.overlaps)))
     if not set(overlaps) <= set(OVERLAPS) or 0.25 not in overlaps:
         raise InputError(f"--overlaps {' '.join(map(str, args.overlaps))}: choose among 0 0.25 0.5, with 0.25")
-    def make_scene(folder: Path, size: int) -> Path:
-        print(f"synthesising a {size}×{size} scene in {folder}")
-        if size > PIECE:
-            return Path(synthesize_full_size(folder, size)["scenes"][0])
-        return Path(synthesize(folder, scenes=1, size=size).scene_paths[0])
-
     if args.memory:
-        return _run_memory(args, make_scene, record)
+        return _run_memory(args)
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-predict-") as tmp:
         tmp = Path(tmp)
-        scene = make_scene(tmp / "synthetic", args.size)
+        scene = _synthetic_scene(tmp / "synthetic", args.size)
         checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
         figures = bench_predict(scene, checkpoint, tmp / "maps", batch_size=args.batch_size, device=args.device,
                                 repeats=args.repeats, overlaps=overlaps)
@@ -111,8 +103,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_memory(args: argparse.Namespace, make_scene, record) -> int:
+def _synthetic_scene(folder: Path, size: int) -> Path:
+    """One synthetic scene of size² px in `folder` (built from repeated pieces above `eoscale.bench.fullsize.PIECE`)."""
+    from eoscale.bench.fullsize import PIECE, synthesize_full_size
+    from eoscale.synth import synthesize
+
+    print(f"synthesising a {size}×{size} scene in {folder}")
+    if size > PIECE:
+        return Path(synthesize_full_size(folder, size)["scenes"][0])
+    return Path(synthesize(folder, scenes=1, size=size).scene_paths[0])
+
+
+def _run_memory(args: argparse.Namespace) -> int:
     """`--memory`: the command's peak memory at MEMORY_REFERENCE² and at --size (each scene in a fresh process)."""
+    from eoscale.bench.record import record
     from eoscale.infer.run import PredictConfig
 
     sizes = sorted({MEMORY_REFERENCE, args.size})
@@ -120,7 +124,7 @@ def _run_memory(args: argparse.Namespace, make_scene, record) -> int:
     for size in sizes:
         with tempfile.TemporaryDirectory(prefix="eoscale-bench-predict-") as tmp:
             tmp = Path(tmp)
-            scene = make_scene(tmp / "synthetic", size)
+            scene = _synthetic_scene(tmp / "synthetic", size)
             checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
             config = PredictConfig(checkpoint=str(checkpoint), inputs=[str(scene)], output=str(tmp / "maps"),
                                    overlap=0.25, batch_size=args.batch_size, device=args.device, progress=False)

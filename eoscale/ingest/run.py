@@ -194,9 +194,6 @@ def ingest(
         # shards read the same rows of GDAL blocks, which a worker's open reader then decodes once
         # (eoscale.ingest.writer.open_reader)
         addresses = sorted(client.scheduler_info()["workers"])  # those that ran the scans: at least one
-        owner = np.zeros(len(todo), dtype=int)
-        for w, part in enumerate(np.array_split(np.arange(len(todo)), max(len(addresses), 1))):
-            owner[part] = w
         futures = []
         for j, k in enumerate(todo):
             start, stop = plan.shard_range(k)
@@ -204,7 +201,8 @@ def ingest(
                 write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop], plan.row_off[start:stop],
                 plan.col_off[start:stop], scene_list, tile_size, len(class_table),
                 *[label_tasks[s] for s in np.unique(plan.scene[start:stop])], key=f"eoscale-shard-{k}", pure=False,
-                workers=[addresses[owner[j]]] if addresses else None, allow_other_workers=bool(addresses),
+                workers=[addresses[j * len(addresses) // len(todo)]] if addresses else None,
+                allow_other_workers=bool(addresses),
             ))
         _wait_with_progress(client, futures, total=len(plan), done=len(plan) - sum(
             plan.shard_range(k)[1] - plan.shard_range(k)[0] for k in todo), show=progress)

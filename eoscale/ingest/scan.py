@@ -53,7 +53,7 @@ def scan_validity(scene: Scene, index: int, *, tile_size: int, stride: int, prog
     # whole window rows at a time, about STRIP_PIXELS pixels (a summed-area table costs ~19 bytes a pixel: the
     # whole of a 10,980² scene took ~2 GB); the counts are exact integers, so strips give the same fractions
     per_strip = max(1, (strip_rows(scene.width) - tile_size) // stride + 1)
-    parts, any_valid = [np.zeros((0, len(window_offsets(scene.width, tile_size, stride))), dtype=np.float32)], False
+    parts, any_valid = [], False
     with SceneReader(scene) as reader, gdal_cache(reader.cache_bytes()):
         for strip in range(first, stop, per_strip):
             top, last = int(all_rows[strip]), int(all_rows[min(strip + per_strip, stop) - 1])

@@ -108,9 +108,9 @@ def write_shard(
 # Each worker thread keeps its last scene open between shard tasks: consecutive shards of a split cut the same rows
 # of GDAL blocks (a 256-tile shard is about two rows of windows, a 256 px block row four), and GDAL keeps a file's
 # decoded blocks only while the file is open. Closing the reader after every shard made the next shard decode
-# its blocks again: reading a train shard's tiles took 1.8x as long (eoscale bench ingest --size 10980; its
-# record in benchmarks/ingest.json). One reader a thread, so a worker's memory is still one scene's block cache.
-_held: dict[int, tuple[tuple, SceneReader]] = {}
+# its blocks again: reading 2,048 train tiles took 1.8x as long (benchmarks/README.md, ingest). One reader a
+# thread, so a worker's memory is still one scene's block cache.
+_held: dict[int, tuple[tuple, SceneReader]] = {}  # thread id -> (scene and its files' stats, open reader)
 _held_lock = threading.Lock()
 
 
@@ -120,12 +120,10 @@ def open_reader(scene: Scene) -> SceneReader:
     key = (scene, tuple(_stat(p) for p in scene.paths))
     thread = threading.get_ident()
     with _held_lock:
-        held = _held.pop(thread, None)
+        held = _held.get(thread)
+    if held is not None and held[0] == key:
+        return held[1]
     if held is not None:
-        if held[0] == key:
-            with _held_lock:
-                _held[thread] = held
-            return held[1]
         held[1].close()
     reader = SceneReader(scene)
     with _held_lock:
