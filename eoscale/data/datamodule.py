@@ -14,7 +14,10 @@ Where the hooks run (Lightning's rules):
 - `setup(stage)`: on every rank, after the process group exists; it checks the options against the store and
   makes this rank's `TileStream`s, so the rank and world size are known here.
 - `*_dataloader`: on every rank, after `setup`. Each returns a `TileLoader`, whose length is the rank's number
-  of batches; Lightning calls its `sampler.set_epoch(epoch)` at the start of every training epoch.
+  of batches; Lightning calls its `sampler.set_epoch(epoch)` at the start of every training epoch. The training
+  loader is resumable: a checkpoint saved in the middle of an epoch (`ModelCheckpoint(every_n_train_steps=…)`,
+  a Slurm requeue) records how many of the epoch's batches were trained, and the resumed fit trains exactly
+  the rest of that epoch, the same batches an uninterrupted run would have (tests/data/test_resume.py).
 
 - `on_after_batch_transfer`: in the training process, on each batch once Lightning moved it to the device; it
   calls `normalise`. Lightning (checked with 2.6, `LightningModule._apply_batch_transfer_handler`) calls the
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 
 import numpy as np
 import torch
@@ -245,7 +249,14 @@ class TileDataModule(LightningDataModule):
             self._streams[split] = self._stream(split, rank=rank, world_size=world_size)
 
     def train_dataloader(self) -> TileLoader:
-        return self._loader("train")
+        """The 'train' split's loader; under a Trainer, its state counts the batches trained (see `TileLoader`)."""
+        loader = self._loader("train")
+        if self.trainer is not None:
+            # what was trained, not what was taken: a checkpoint saved when a step failed (OnExceptionCheckpoint)
+            # counts that step's batch as not done, and Lightning trains it again on resuming
+            loop = self.trainer.fit_loop
+            loader.progress = lambda: loop.epoch_loop.batch_progress.current.processed
+        return loader
 
     def val_dataloader(self) -> TileLoader | list:
         return self._loader("val") if "val" in self._streams else []
@@ -359,6 +370,12 @@ class TileLoader(DataLoader):
     after construction with one that forwards. Workers are persistent by default (starting them took 0.2–0.6 s
     per epoch here); the stream's epoch is in shared memory, so they see each new one. With workers, batches
     come through a `Handover`: buffers the workers fill again once the main process no longer uses them.
+
+    Resumable in the middle of an epoch (the `state_dict` / `load_state_dict` pair Lightning saves in its
+    checkpoints and loads before it iterates again): the state is the epoch and how many of its batches were
+    used; a loader given it starts that epoch after them, with the batches the uninterrupted epoch would have
+    had next. "Used" is what `progress()` says if set (TileDataModule sets it to the Trainer's count of trained
+    batches), else the batches this loader yielded.
     """
 
     def __init__(self, dataset: TileStream, *, shared_memory: bool = True, **kwargs) -> None:
@@ -377,6 +394,45 @@ class TileLoader(DataLoader):
             kwargs["worker_init_fn"] = functools.partial(_start_worker, self.handover, user_init)
         super().__init__(dataset, **kwargs)
         object.__setattr__(self, "sampler", _EpochSampler(dataset))  # DataLoader.__setattr__ forbids this
+        self.progress = None  # a callable: batches of the current epoch used so far (see the class docstring)
+        self._position = [dataset.epoch, 0]  # the epoch being iterated, batches yielded in it (a resumed one's included)
+
+    def __iter__(self):
+        # a generator: the workers start on the first `next`, not on `iter`. Lightning calls `iter` on the
+        # training loader (FitLoop.setup_data) before it sets the epoch (on_advance_start); DataLoader's own
+        # `__iter__` set the workers going at once, so a run resumed at epoch e made that epoch in epoch 0's order
+        stream = self.dataset
+        resume = stream.resume_point
+        self._position = [stream.epoch, resume[1] if resume is not None and resume[0] == stream.epoch else 0]
+        for batch in super().__iter__():
+            self._position[1] += 1
+            yield batch
+        if resume is not None and resume[0] == self._position[0]:
+            stream.resume(-1, 0)  # the resumed epoch is over: its next iteration is a whole one
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the current epoch stands: `{"epoch", "batches"}` (used so far), and the stream's layout
+        (`world_size`, `batch_size`, `rank_batches`), which a resumed run must have for the same batches."""
+        epoch, batches = self._position
+        if self.progress is not None:
+            batches = int(self.progress())
+        stream = self.dataset
+        return {"epoch": int(epoch), "batches": int(batches), "world_size": stream.world_size,
+                "batch_size": stream.batch_size, "rank_batches": len(stream)}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume the epoch `state` names after the batches it had used; from a run whose ranks and batches
+        differ (another world size, batch size or store), where the same batches cannot be made, the epoch
+        continues with the batches that follow that many in this layout, and a warning says so."""
+        stream = self.dataset
+        batches = int(state["batches"])
+        layout = (state.get("world_size"), state.get("batch_size"), state.get("rank_batches"))
+        if layout != (stream.world_size, stream.batch_size, len(stream)):
+            warnings.warn(
+                f"resuming epoch {state['epoch']} after {batches} batches of a run with {layout[0]} ranks, batch size "
+                f"{layout[1]} and {layout[2]} batches an epoch; this one has {stream.world_size}, {stream.batch_size} "
+                f"and {len(stream)}: the rest of that epoch is not exactly the tiles the first run left", stacklevel=2)
+        stream.resume(int(state["epoch"]), min(batches, len(stream)))
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)

@@ -128,6 +128,16 @@ def worker_batches(batches: int, worker: int, workers: int) -> tuple[int, int]:
     return first, first + per + (worker < extra)
 
 
+def worker_delivered(delivered: int, worker: int, workers: int) -> int:
+    """How many of worker `worker`'s batches are among the first `delivered` batches its rank yielded.
+
+    The DataLoader takes one batch from each worker in turn, starting with worker 0, and drops a worker from
+    the turns once it has run dry; `worker_batches` gives the extra batches to the first workers, so no worker
+    runs dry before the last round and the first `delivered` batches are whole rounds plus workers
+    `0 .. delivered mod workers − 1` (tests/data/test_resume.py checks it against the DataLoader)."""
+    return delivered // workers + (worker < delivered % workers)
+
+
 def take(runs: np.ndarray, offset: int, length: int) -> np.ndarray:
     """Positions `[offset, offset + length)` of the tile sequence that `runs` spell out, as store ranges.
 

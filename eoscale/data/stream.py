@@ -40,7 +40,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale import schema
 from eoscale.data.handover import Handover, shared_empty
-from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length
+from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length, worker_delivered
 from eoscale.errors import StoreError
 
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page of the file at once
@@ -208,7 +208,10 @@ class TileStream(IterableDataset):
 
     `rank` and `world_size` are fixed when the stream is made (in the main process: DataLoader workers have
     no process group). `set_epoch` changes the order; the epoch lives in a shared-memory tensor, so it reaches
-    persistent DataLoader workers too (they read it when the next epoch's iteration starts).
+    persistent DataLoader workers too (they read it when the next epoch's iteration starts). `resume(epoch, n)`
+    makes the next iteration of `epoch` leave out the first `n` batches the rank yields in it (a run resumed
+    from a checkpoint taken in the middle of an epoch): the rest are the same batches, tiles, order and turns,
+    as an uninterrupted epoch's; it is kept in shared memory too.
     """
 
     def __init__(
@@ -250,6 +253,7 @@ class TileStream(IterableDataset):
         self.world_size = world_size
         self.direct_decode = direct_decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
+        self._resume = torch.tensor([-1, 0], dtype=torch.int64).share_memory_()  # (epoch, batches to leave out)
         self.pad = not shuffle  # training drops at most W-1 tiles (W more to avoid a batch of one), evaluation repeats at most W-1 (partition.py)
         self._readers: tuple | None = None  # (pid, images, labels, complete) of the process that opened them
         self.handover: Handover | None = None  # set in TileLoader's workers only
@@ -270,6 +274,21 @@ class TileStream(IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         self._epoch.fill_(int(epoch))
 
+    @property
+    def resume_point(self) -> tuple[int, int] | None:
+        """`(epoch, batches)` that the next iteration of that epoch leaves out, or None."""
+        epoch, batches = self._resume.tolist()
+        return None if epoch < 0 else (epoch, batches)
+
+    def resume(self, epoch: int, batches: int) -> None:
+        """Start the next iteration of `epoch` after its first `batches` batches (0 ≤ batches ≤ `len(self)`),
+        and make `epoch` the stream's epoch; `resume(-1, 0)` forgets it."""
+        if epoch >= 0 and not 0 <= batches <= len(self):
+            raise ValueError(f"cannot leave out {batches} batches of an epoch of {len(self)}")
+        if epoch >= 0:
+            self.set_epoch(epoch)
+        self._resume[0], self._resume[1] = int(epoch), int(batches)
+
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_readers": None}  # workers open their own arrays
 
@@ -277,23 +296,38 @@ class TileStream(IterableDataset):
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
         epoch = self.epoch
+        resume = self.resume_point
+        used = resume[1] if resume is not None and resume[0] == epoch else 0
+        # A resumed epoch: the DataLoader takes batches from its workers in turn starting with worker 0, while
+        # the uninterrupted epoch's next batch is worker (used mod workers)'s (`partition.worker_delivered`); so
+        # worker w makes what worker (w + used) mod workers would have, and the turns go on as they would have.
+        worker = (worker + used) % workers
         plan = plan_epoch(self.split, self.shard_tiles, batch_size=self.batch_size, rank=self.rank,
                           world_size=self.world_size, worker=worker, workers=workers, seed=self.seed,
                           epoch=epoch, shuffle=self.shuffle, pad=self.pad)
         images, labels, _ = self._open()
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         block = max(self.shuffle_shards * self.shard_tiles, self.batch_size) if self.shuffle else self.batch_size
+        # and leaves out its share of the batches the rank yielded before: drawn as before (the same random
+        # numbers, so the batches after them are the uninterrupted epoch's) but not decoded
+        skip = worker_delivered(used, worker, workers)
         buffer = _Buffer()
         made = 0
         for start, stop in plan.ranges.tolist():
             buffer.add(images.chunks(start, stop), labels.chunks(start, stop) if labels else None, start, stop)
             if len(buffer.tiles) >= block:
-                for batch in self._drain(buffer, rng, final=False):
+                for which in self._drain(buffer, rng, final=False):
                     made += 1
-                    yield batch
-        for batch in self._drain(buffer, rng, final=True):
+                    if made > skip:
+                        yield self._batch(buffer, which, rng)
+                    elif self.augment:
+                        rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
+        for which in self._drain(buffer, rng, final=True):
             made += 1
-            yield batch
+            if made > skip:
+                yield self._batch(buffer, which, rng)
+            elif self.augment:
+                rng.integers(0, 8, len(which), dtype=np.uint8)
         assert made == plan.batches, f"worker {worker} made {made} batches, planned {plan.batches}"
 
     def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray]:
@@ -307,14 +341,15 @@ class TileStream(IterableDataset):
             self._readers = (os.getpid(), ShardReader(root / schema.IMAGES, direct=direct), labels, complete)
         return self._readers[1:]
 
-    def _drain(self, buffer: _Buffer, rng: np.random.Generator, *, final: bool) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches from the buffered tiles (in a random order for training); without `final`, a remainder
-        smaller than a batch stays in the buffer (copied out of its shards), to be mixed with the next shards."""
+    def _drain(self, buffer: _Buffer, rng: np.random.Generator, *, final: bool) -> Iterator[np.ndarray]:
+        """The buffered tiles (their places in the buffer) of each batch to make now (in a random order for
+        training); without `final`, a remainder smaller than a batch stays in the buffer (copied out of its
+        shards), to be mixed with the next shards."""
         total = len(buffer.tiles)
         order = rng.permutation(total) if self.shuffle else np.arange(total)
         stop = total if final else total - total % self.batch_size
         for i in range(0, stop, self.batch_size):
-            yield self._batch(buffer, order[i : i + self.batch_size], rng)
+            yield order[i : i + self.batch_size]
         buffer.keep(order[stop:])
 
     def _batch(self, buffer: _Buffer, which: np.ndarray, rng: np.random.Generator) -> dict:
