@@ -8,6 +8,7 @@ A `UserError` prints one line and exits with code 2; any other exception is a bu
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -73,6 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"eoscale {name}: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a full disk or a used-up quota (an HPC project's file system) is not a bug: one line, exit 1; outputs are
+        # written under temporary names (and ingest resumes), so running the command again is safe
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"eoscale {name}: error: {err.strerror}{where}: free space (or ask for more quota) or write to another "
+              f"file system, then run the command again", file=sys.stderr)
+        return 1
 
 
 def one_line(err: UserError) -> str:

@@ -13,6 +13,7 @@ the store's fingerprint (`eoscale.catalog.digest.store_fingerprint`; the shards'
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -195,23 +196,30 @@ def ingest(
         # (eoscale.ingest.writer.open_reader)
         addresses = sorted(client.scheduler_info()["workers"])  # those that ran the scans: at least one
         futures = []
-        for j, k in enumerate(todo):
-            start, stop = plan.shard_range(k)
-            futures.append(client.submit(
-                write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop], plan.row_off[start:stop],
-                plan.col_off[start:stop], scene_list, tile_size, len(class_table),
-                *[label_tasks[s] for s in np.unique(plan.scene[start:stop])], key=f"eoscale-shard-{k}", pure=False,
-                workers=[addresses[j * len(addresses) // len(todo)]] if addresses else None,
-                allow_other_workers=bool(addresses),
-            ))
-        _wait_with_progress(client, futures, total=len(plan), done=len(plan) - sum(
-            plan.shard_range(k)[1] - plan.shard_range(k)[0] for k in todo), show=progress)
+        try:
+            for j, k in enumerate(todo):
+                start, stop = plan.shard_range(k)
+                futures.append(client.submit(
+                    write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop],
+                    plan.row_off[start:stop], plan.col_off[start:stop], scene_list, tile_size, len(class_table),
+                    *[label_tasks[s] for s in np.unique(plan.scene[start:stop])], key=f"eoscale-shard-{k}", pure=False,
+                    workers=[addresses[j * len(addresses) // len(todo)]] if addresses else None,
+                    allow_other_workers=bool(addresses),
+                ))
+            _wait_with_progress(client, futures, total=len(plan), done=len(plan) - sum(
+                plan.shard_range(k)[1] - plan.shard_range(k)[0] for k in todo), show=progress)
+        except BaseException:
+            # the scenes the workers' threads keep open between shard tasks (writer.open_reader) are closed also
+            # when the ingest stops here: a long-lived cluster (--scheduler) would hold them until its next ingest
+            with contextlib.suppress(Exception):  # what stopped the ingest is the error to report, not this
+                client.run(close_readers)
+            raise
+        client.run(close_readers)
         unmapped: dict[int, int] = {}
         for counts in client.gather(label_tasks):
             for code, count in counts.items():
                 unmapped[code] = unmapped.get(code, 0) + count
         digests.update(zip(hash_tasks, client.gather(list(hash_tasks.values())), strict=True))
-        client.run(close_readers)
         lap("shards")
 
     gathered = gather_markers(progress_dir, plan)
@@ -414,7 +422,8 @@ def _wait_with_progress(client, futures: list, *, total: int, done: int, show: b
         for future in as_completed(futures):
             if future.status == "error":
                 for f in futures:
-                    f.cancel()
+                    if f is not future:  # cancelled, the failed one would raise "cancelled", not its error
+                        f.cancel()
                 future.result()  # raises the task's exception here
             written += future.result()
             bar.update(task, advance=future.result(), rate=written / max(time.perf_counter() - started, 1e-9))

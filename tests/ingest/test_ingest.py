@@ -155,6 +155,31 @@ def test_ingest_on_an_existing_dask_scheduler_matches_the_local_cluster(rasters,
     assert tree(out) == tree(store)
 
 
+def test_a_failed_shard_leaves_no_scene_open_on_the_users_cluster(rasters, tmp_path, monkeypatch, capsys):
+    """Shard tasks keep their thread's scene open between tasks (`writer.open_reader`); when one fails, the
+    ingest still closes them on every worker, or a long-lived cluster would hold the files until its next ingest."""
+    from distributed import LocalCluster
+
+    from eoscale.ingest import run as ingest_run
+    from eoscale.ingest import writer
+
+    real = ingest_run.write_shard
+
+    def second_shard_fails(store, progress, k, *args):
+        if k == 1:
+            raise OSError(28, "No space left on device")
+        return real(store, progress, k, *args)
+
+    monkeypatch.setattr(ingest_run, "write_shard", second_shard_fails)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        assert run_ingest(rasters, tmp_path / "x.zarr", "--scheduler", cluster.scheduler_address) == 1
+        # the task's own error (not "cancelled"), in one line: a full disk is not a bug
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "eoscale ingest: error: No space left on device: free space (or ask for more quota) or write to another "
+            "file system, then run the command again")
+        assert not writer._held  # the worker's thread wrote shard 0 with a reader it kept, then shard 1 failed
+
+
 def test_an_unreachable_scheduler_is_one_line(rasters, tmp_path, capsys):
     assert run_ingest(rasters, tmp_path / "x.zarr", "--scheduler", "tcp://127.0.0.1:9") == 2
     assert "cannot reach the Dask scheduler" in capsys.readouterr().err
