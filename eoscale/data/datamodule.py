@@ -314,17 +314,7 @@ class TileDataModule(LightningDataModule):
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _rank_and_world_size(self) -> tuple[int, int]:
-        # a device mesh (ModelParallelStrategy): the data-parallel rank and size, since under tensor
-        # parallelism the ranks of one group must take the same batches; so must pipeline stages (`pipe`)
-        strategy = getattr(self.trainer, "strategy", None)
-        if getattr(strategy, "_device_mesh", None) is not None or hasattr(strategy, "pipe"):
-            sampler = strategy.distributed_sampler_kwargs
-            return int(sampler["rank"]), int(sampler["num_replicas"])
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            return torch.distributed.get_rank(), torch.distributed.get_world_size()
-        if self.trainer is not None:
-            return self.trainer.global_rank, self.trainer.world_size
-        return 0, 1
+        return data_parallel(self.trainer)
 
     def _stream(self, split: str, *, rank: int, world_size: int) -> TileStream:
         train = split == "train"
@@ -349,6 +339,23 @@ class TileDataModule(LightningDataModule):
             raise RuntimeError(f"no {split!r} stream: call setup() with the stage that uses it first")
         return TileLoader(self._streams[split], num_workers=self.num_workers, pin_memory=self.pin_memory,
                           shared_memory=self.shared_memory)
+
+
+def data_parallel(trainer) -> tuple[int, int]:
+    """This rank's data-parallel rank and the data-parallel size: the ranks that take different batches.
+
+    Under a device mesh (ModelParallelStrategy: tensor parallelism) the ranks of one tensor-parallel group take
+    the same batches, and so do a pipeline's stages (`pipe`): their strategy's sampler arguments say which; else
+    every rank of the process group (or of the Trainer, `trainer` may be None) is a replica of its own."""
+    strategy = getattr(trainer, "strategy", None)
+    if getattr(strategy, "_device_mesh", None) is not None or hasattr(strategy, "pipe"):
+        sampler = strategy.distributed_sampler_kwargs
+        return int(sampler["rank"]), int(sampler["num_replicas"])
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    if trainer is not None:
+        return trainer.global_rank, trainer.world_size
+    return 0, 1
 
 
 class _EpochSampler(_InfiniteConstantSampler):

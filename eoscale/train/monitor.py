@@ -22,6 +22,7 @@ from lightning import Callback, LightningModule, Trainer
 from lightning.pytorch.loggers import MLFlowLogger
 
 from eoscale.contract import RUN_KEY, load_checkpoint
+from eoscale.data.datamodule import data_parallel
 from eoscale.track.logger import detect_launcher
 
 
@@ -98,18 +99,20 @@ def run_facts(trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
     datamodule = getattr(trainer, "datamodule", None)
     batch = getattr(datamodule, "batch_size", None)
     hp = getattr(pl_module, "hparams", {})
+    _, replicas = data_parallel(trainer)  # tensor-parallel groups and pipeline stages share their batches
     facts = {
         "run/model": type(pl_module).__name__,
         "run/backbone": hp.get("backbone"),
         "run/strategy": type(strategy).__name__,
         "run/world_size": trainer.world_size,
+        "run/data_parallel_size": replicas,
         "run/num_nodes": trainer.num_nodes,
         "run/devices_per_node": trainer.num_devices,
         "run/accelerator": type(trainer.accelerator).__name__,
         "run/precision": trainer.precision,
         "run/batch_size_per_device": batch,
         "run/accumulate_grad_batches": trainer.accumulate_grad_batches,
-        "run/global_batch_size": batch * trainer.world_size * trainer.accumulate_grad_batches if batch else None,
+        "run/global_batch_size": batch * replicas * trainer.accumulate_grad_batches if batch else None,
         "run/git_commit": git_commit(),
         "run/torch": torch.__version__,
         "run/slurm_job_id": os.environ.get("SLURM_JOB_ID"),
@@ -137,6 +140,8 @@ class TrainingMonitor(Callback):
         self.panels = panels
         self.rgb_bands = rgb_bands
         self._samples = 0
+        self._sharing = 1
+        self.epoch_samples = 0.0  # the last epoch's samples trained, each batch once (what its throughput counts)
         self._epoch_start = 0.0
         self._window = (0, 0.0)
         self._panel_batch: dict[str, torch.Tensor] | None = None
@@ -191,13 +196,16 @@ class TrainingMonitor(Callback):
         self._samples = 0
         self._epoch_start = time.perf_counter()
         self._window = (0, self._epoch_start)
+        # the ranks that train each batch: a tensor-parallel group, or a pipeline's stages, share theirs, so each
+        # counts it (before, 2× the samples at 2-way tensor parallelism); 1 for data parallelism alone
+        self._sharing = max(trainer.world_size // data_parallel(trainer)[1], 1)
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         self._samples += int(batch["image"].shape[0])
         if (trainer.global_step % max(trainer.log_every_n_steps, 1)) == 0 and trainer.global_step > 0:
             samples, since = self._window
             now = time.perf_counter()
-            per_device = (self._samples - samples) / max(now - since, 1e-9)
+            per_device = (self._samples - samples) / max(now - since, 1e-9) / self._sharing
             self._window = (self._samples, now)
             # per-step figure from this rank; the epoch figure below is the exact all-rank sum
             pl_module.log("throughput/samples_per_s_device_step", per_device, on_step=True, on_epoch=False, rank_zero_only=True)
@@ -209,6 +217,8 @@ class TrainingMonitor(Callback):
         samples = trainer.strategy.reduce(torch.tensor(float(self._samples), device=device), reduce_op="sum")
         slowest = trainer.strategy.reduce(torch.tensor(seconds, device=device), reduce_op="max")
         peak = trainer.strategy.reduce(torch.tensor(peak_memory_mb(), device=device), reduce_op="max")
+        samples = float(samples) / self._sharing  # each batch once
+        self.epoch_samples = samples
         metrics = {
             "throughput/samples_per_s": float(samples) / max(float(slowest), 1e-9),
             "throughput/samples_per_s_device": float(samples) / max(float(slowest), 1e-9) / trainer.world_size,

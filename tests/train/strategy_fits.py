@@ -31,7 +31,8 @@ VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.
 class StateProbe(Callback):
     """Each step's training loss; at step `at_step` (gradients and optimizer state both exist) the state
     bytes this rank holds (`eoscale.train.state`); at the end, the share of the parameters it holds (ZeRO-3
-    partitions, DTensor shards) and rank 0's MLflow run (None in a fit without a logger).
+    partitions, DTensor shards), rank 0's MLflow run (None in a fit without a logger), and the global batch and
+    last epoch's samples that eoscale's TrainingMonitor counts.
     Written to `<folder>/rank<r>.pt`."""
 
     def __init__(self, folder: str, at_step: int = 2) -> None:
@@ -59,8 +60,15 @@ class StateProbe(Callback):
             else:
                 local += (p.to_local() if hasattr(p, "to_local") else p).numel()
                 total += p.numel()
+        from eoscale.train.monitor import TrainingMonitor, run_facts
+
+        # what eoscale compare reads: the batch the run trains at once, and the samples its throughput counts
+        facts = run_facts(trainer, pl_module)
+        monitor = next((c for c in trainer.callbacks if isinstance(c, TrainingMonitor)), None)
+        counted = {"global_batch": facts.get("run/global_batch_size"), "data_parallel": facts["run/data_parallel_size"],
+                   "epoch_samples": monitor.epoch_samples if monitor is not None else None}
         self.folder.mkdir(parents=True, exist_ok=True)
-        torch.save({"losses": self.losses, "state": self.state, "local": local, "total": total,
+        torch.save({"losses": self.losses, "state": self.state, "local": local, "total": total, "counted": counted,
                     "world_size": trainer.world_size, "step": trainer.global_step, "start_step": self.start_step,
                     "run_id": str(trainer.logger.run_id) if trainer.global_rank == 0 and trainer.logger else None},
                    self.folder / f"rank{trainer.global_rank}.pt")

@@ -51,6 +51,8 @@ def test_pipeline_matches_one_process(schedule: str, pipeline_run: Path, one_pro
         assert rank["world_size"] == 2 and rank["step"] == STEPS and len(rank["losses"]) == STEPS
         # 2 microbatches of 2 tiles, fp32, clipping on: measured within 4e-7 of one process over 8 steps
         torch.testing.assert_close(torch.tensor(rank["losses"]), torch.tensor(one["losses"]), rtol=0, atol=1e-5)
+        # the stages share each batch: the global batch and the samples counted are one process's
+        assert rank["counted"] == one["counted"] and one["counted"]["epoch_samples"] > 0
     # each stage holds its own blocks, the two together the whole model; state bytes likewise
     assert ranks[0]["local"] + ranks[1]["local"] == one["local"] and ranks[0]["local"] and ranks[1]["local"]
     assert ranks[0]["state"]["total"] + ranks[1]["state"]["total"] == pytest.approx(one["state"]["total"], rel=1e-3)
