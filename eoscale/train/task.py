@@ -92,6 +92,13 @@ class BaseTask(LightningModule):
             {split: MulticlassConfusionMatrix(self.num_classes, ignore_index=IGNORE_INDEX) for split in SPLITS}
         )
         self.last_confusion: dict[str, Tensor] = {}
+        mesh = self._device_mesh
+        if mesh is not None and mesh.ndim > 1 and mesh["tensor_parallel"].size() > 1:
+            # the ranks of a tensor-parallel group score the same batch: the metrics sum over the data-parallel
+            # ranks only (over all of them, every count was the group's size times too many)
+            group = mesh["data_parallel"].get_group()
+            for metric in [m for c in self.metrics.values() for m in c.values()] + list(self.confusion.values()):
+                metric.process_group = group
 
     def configure_finetune(self, model: nn.Module) -> nn.Module:
         """Choose what trains (and add adapters) once the starting weights are in; default: everything."""

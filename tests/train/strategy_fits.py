@@ -66,7 +66,9 @@ class StateProbe(Callback):
         facts = run_facts(trainer, pl_module)
         monitor = next((c for c in trainer.callbacks if isinstance(c, TrainingMonitor)), None)
         counted = {"global_batch": facts.get("run/global_batch_size"), "data_parallel": facts["run/data_parallel_size"],
-                   "epoch_samples": monitor.epoch_samples if monitor is not None else None}
+                   "epoch_samples": monitor.epoch_samples if monitor is not None else None,
+                   "val_pixels": int(pl_module.last_confusion["val"].sum()) if "val" in getattr(
+                       pl_module, "last_confusion", {}) else None}
         self.folder.mkdir(parents=True, exist_ok=True)
         torch.save({"losses": self.losses, "state": self.state, "local": local, "total": total, "counted": counted,
                     "world_size": trainer.world_size, "step": trainer.global_step, "start_step": self.start_step,

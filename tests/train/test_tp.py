@@ -80,7 +80,7 @@ def test_training_matches_one_process(tp_run: Path, store: Path, tmp_path: Path)
     assert _probe(tp_run, "tp", 0)["losses"] == _probe(tp_run, "tp", 1)["losses"]  # one batch for the pair
     # the pair trains one process's batches: its global batch and its samples are one process's, not twice them
     assert _probe(tp_run, "tp", 0)["counted"] == _probe(tmp_path, "one")["counted"]
-    assert _probe(tmp_path, "one")["counted"]["epoch_samples"] > 0
+    assert _probe(tmp_path, "one")["counted"]["epoch_samples"] > 0 and _probe(tmp_path, "one")["counted"]["val_pixels"] > 0
 
 
 @pytest.mark.slow
@@ -178,9 +178,11 @@ def test_two_tensor_by_two_data_parallel_ranks_train_as_ddp(tp4_run: Path, store
         assert tp["world_size"] == 4 and tp["step"] == STEPS == ddp["step"]
         torch.testing.assert_close(torch.tensor(tp["losses"]), torch.tensor(ddp["losses"]), rtol=0, atol=1e-4)
     assert _probe(tp4_run, "ddp2", 0)["losses"] != _probe(tp4_run, "ddp2", 1)["losses"]
-    # two data-parallel pairs train what DDP's two ranks train: the same global batch (8) and samples per epoch
+    # two data-parallel pairs train what DDP's two ranks train: the same global batch (8), samples per epoch and
+    # validation pixels in the confusion matrix (torchmetrics sums over the data-parallel ranks only)
     assert _probe(tp4_run, "tp4", 0)["counted"] == _probe(tp4_run, "ddp2", 0)["counted"]
     assert _probe(tp4_run, "ddp2", 0)["counted"]["global_batch"] == 8
+    assert _probe(tp4_run, "ddp2", 0)["counted"]["val_pixels"] > 0
     # its sharded checkpoint consolidates into the network it trained
     sharded = tp4_run / "tp4" / "checkpoints" / "last.ckpt"
     assert len(list(sharded.glob("*.distcp"))) == 4
