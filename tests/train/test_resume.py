@@ -35,13 +35,14 @@ def _params(cli: EoscaleCLI) -> dict[str, torch.Tensor]:
 @pytest.mark.slow
 def test_resume_equals_uninterrupted(store: Path, tmp_path: Path):
     # 38 training tiles in batches of 4: 10 steps an epoch. The run crashes in its second epoch, after the
-    # checkpoint of step 10 (validation every 5 steps), and resumes from it with the same command.
+    # checkpoint of step 15 (validation every 5 steps), in the middle of that epoch, and resumes from it with the
+    # same command: it trains the 5 batches that epoch had left, not its first 5 again.
     whole = _fit(store, tmp_path / "whole", 20)
     with pytest.raises(Crash):
         _fit(store, tmp_path / "parts", 20, "--trainer.callbacks+=tests.train.helpers.CrashAt",
-             "--trainer.callbacks.step=13")
+             "--trainer.callbacks.step=17", "--checkpoint.monitor", "null")  # last.ckpt at every validation
     last = tmp_path / "parts" / "checkpoints" / "last.ckpt"
-    assert torch.load(last, weights_only=True)["global_step"] == 10
+    assert torch.load(last, weights_only=True)["global_step"] == 15
     resumed = _fit(store, tmp_path / "parts", 20, "--ckpt_path", str(last))
     assert resumed.trainer.global_step == whole.trainer.global_step == 20
     assert resumed.trainer.current_epoch == whole.trainer.current_epoch
