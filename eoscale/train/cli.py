@@ -32,11 +32,11 @@ import torch
 from jsonargparse import Namespace
 from lightning import LightningDataModule, Trainer
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
+from eoscale.train.last_checkpoint import LatestCheckpoint
 from eoscale.train.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
 from eoscale.train.profiling import Profiling, bare_flag
 from eoscale.train.quiet import silence_known_noise
@@ -125,7 +125,7 @@ class EoscaleCLI(LightningCLI):
         parser.add_lightning_class_args(TrainingMonitor, "monitor")
         parser.add_lightning_class_args(StepTimer, "steptime")
         parser.add_lightning_class_args(Profiling, "profile")
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(LatestCheckpoint, "checkpoint")  # last.ckpt: the newest state, always
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val_miou",
