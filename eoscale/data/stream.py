@@ -312,22 +312,20 @@ class TileStream(IterableDataset):
         # numbers, so the batches after them are the uninterrupted epoch's) but not decoded
         skip = worker_delivered(used, worker, workers)
         buffer = _Buffer()
+
+        def batches() -> Iterator[np.ndarray]:  # each batch's tiles (their places in the buffer), in order
+            for start, stop in plan.ranges.tolist():
+                buffer.add(images.chunks(start, stop), labels.chunks(start, stop) if labels else None, start, stop)
+                if len(buffer.tiles) >= block:
+                    yield from self._drain(buffer, rng, final=False)
+            yield from self._drain(buffer, rng, final=True)
+
         made = 0
-        for start, stop in plan.ranges.tolist():
-            buffer.add(images.chunks(start, stop), labels.chunks(start, stop) if labels else None, start, stop)
-            if len(buffer.tiles) >= block:
-                for which in self._drain(buffer, rng, final=False):
-                    made += 1
-                    if made > skip:
-                        yield self._batch(buffer, which, rng)
-                    elif self.augment:
-                        rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
-        for which in self._drain(buffer, rng, final=True):
-            made += 1
+        for made, which in enumerate(batches(), start=1):
             if made > skip:
                 yield self._batch(buffer, which, rng)
             elif self.augment:
-                rng.integers(0, 8, len(which), dtype=np.uint8)
+                rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
         assert made == plan.batches, f"worker {worker} made {made} batches, planned {plan.batches}"
 
     def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray]:
