@@ -45,6 +45,7 @@ steps; use the `tile` ids to drop the repeats where they matter (with one rank t
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import warnings
 
@@ -417,29 +418,34 @@ class TileLoader(DataLoader):
         if resume is not None and resume[0] == self._position[0]:
             stream.resume(-1, 0)  # the resumed epoch is over: its next iteration is a whole one
 
-    def state_dict(self) -> dict[str, int]:
-        """Where the current epoch stands: `{"epoch", "batches"}` (used so far), and the stream's layout
-        (`world_size`, `batch_size`, `rank_batches`), which a resumed run must have for the same batches."""
+    def state_dict(self) -> dict:
+        """Where the current epoch stands: `{"epoch", "batches"}` (used so far), and `"layout"`: what decides
+        which tiles make each batch (ranks, batch size, workers, seed, shuffle buffer, the split's tiles)."""
         epoch, batches = self._position
         if self.progress is not None:
             batches = int(self.progress())
-        stream = self.dataset
-        return {"epoch": int(epoch), "batches": int(batches), "world_size": stream.world_size,
-                "batch_size": stream.batch_size, "rank_batches": len(stream)}
+        return {"epoch": int(epoch), "batches": int(batches), "layout": self._layout()}
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume the epoch `state` names after the batches it had used; from a run whose ranks and batches
-        differ (another world size, batch size or store), where the same batches cannot be made, the epoch
-        continues with the batches that follow that many in this layout, and a warning says so."""
+    def load_state_dict(self, state: dict) -> None:
+        """Resume the epoch `state` names after the batches it had used. From a run of another layout (world
+        size, batch size, workers, seed, …), where the same batches cannot be made, the epoch continues with
+        the batches that follow that many in this layout, and a warning names what differs."""
         stream = self.dataset
         batches = int(state["batches"])
-        layout = (state.get("world_size"), state.get("batch_size"), state.get("rank_batches"))
-        if layout != (stream.world_size, stream.batch_size, len(stream)):
+        saved, layout = state.get("layout", {}), self._layout()
+        differ = [f"{key} {saved.get(key)} → {value}" for key, value in layout.items() if saved.get(key) != value]
+        if differ:
             warnings.warn(
-                f"resuming epoch {state['epoch']} after {batches} batches of a run with {layout[0]} ranks, batch size "
-                f"{layout[1]} and {layout[2]} batches an epoch; this one has {stream.world_size}, {stream.batch_size} "
-                f"and {len(stream)}: the rest of that epoch is not exactly the tiles the first run left", stacklevel=2)
+                f"resuming epoch {state['epoch']} after {batches} batches of a run that differed in "
+                f"{', '.join(differ)}: the rest of that epoch is not exactly the tiles the first run left", stacklevel=2)
         stream.resume(int(state["epoch"]), min(batches, len(stream)))
+
+    def _layout(self) -> dict:
+        stream = self.dataset
+        split = hashlib.blake2b(np.ascontiguousarray(stream.split, dtype=np.int64).tobytes(), digest_size=8)
+        return {"world_size": stream.world_size, "batch_size": stream.batch_size, "batches": len(stream),
+                "workers": self.num_workers, "seed": stream.seed, "shuffle_shards": stream.shuffle_shards,
+                "split": split.hexdigest()}
 
     def set_epoch(self, epoch: int) -> None:
         self.dataset.set_epoch(epoch)

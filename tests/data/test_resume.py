@@ -26,10 +26,10 @@ def test_a_loader_resumed_after_n_batches_yields_exactly_the_rest_of_the_epoch(s
         loader.set_epoch(2)
         whole = _batches(loader)
         assert loader.state_dict()["batches"] == len(whole) == len(loader)
-        layout = {k: v for k, v in loader.state_dict().items() if k not in ("epoch", "batches")}
+        layout = loader.state_dict()["layout"]
         for used in (0, 1, 2, 5, len(whole) - 1, len(whole)):
             loader.set_epoch(0)  # whatever epoch it was at: the state names the epoch
-            loader.load_state_dict({"epoch": 2, "batches": used, **layout})
+            loader.load_state_dict({"epoch": 2, "batches": used, "layout": layout})
             rest = _batches(loader)
             assert len(rest) == len(whole) - used
             for got, expected in zip(rest, whole[used:]):
@@ -53,12 +53,14 @@ def test_worker_delivered_counts_whole_rounds_then_the_first_workers():
                     [turns[:used].count(w) for w in range(workers)]
 
 
-def test_resume_from_another_layout_warns(store):
+def test_resume_from_another_layout_warns_and_names_what_differs(store):
     dm = TileDataModule(store, batch_size=8, num_workers=0, seed=5)
     dm.setup("fit")
     loader = dm.train_dataloader()
-    with pytest.warns(UserWarning, match="not exactly the tiles the first run left"):
-        loader.load_state_dict({"epoch": 1, "batches": 2, "world_size": 2, "batch_size": 8, "rank_batches": 4})
+    state = {"epoch": 1, "batches": 2, "layout": {**loader.state_dict()["layout"], "workers": 2, "seed": 4}}
+    with pytest.warns(UserWarning, match="differed in workers 2 → 0, seed 4 → 5: the rest of that epoch is not "
+                                         "exactly the tiles the first run left"):
+        loader.load_state_dict(state)
     assert loader.dataset.resume_point == (1, 2)
 
 
