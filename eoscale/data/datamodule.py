@@ -434,7 +434,9 @@ class TileLoader(DataLoader):
         batches = int(state["batches"])
         saved, layout = state.get("layout", {}), self._layout()
         differ = [f"{key} {saved.get(key)} → {value}" for key, value in layout.items() if saved.get(key) != value]
-        if differ:
+        one_rank = not (torch.distributed.is_available() and torch.distributed.is_initialized()
+                        and torch.distributed.get_rank() != 0)  # every rank loads the state: say it once
+        if differ and one_rank:
             warnings.warn(
                 f"resuming epoch {state['epoch']} after {batches} batches of a run that differed in "
                 f"{', '.join(differ)}: the rest of that epoch is not exactly the tiles the first run left", stacklevel=2)
