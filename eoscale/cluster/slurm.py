@@ -65,6 +65,11 @@ def slurm_cluster(
         yield cluster
     finally:
         cluster.close()
+        # dask-jobqueue keeps the run's TLS key and certificates in temporary files for as long as the cluster
+        # object lives (its `_job_<name>` attributes): close them now, which deletes them, not at interpreter exit
+        for value in list(vars(cluster).values()):
+            if Path(str(getattr(value, "name", ""))).name.startswith(".dask-jobqueue.") and hasattr(value, "close"):
+                value.close()
 
 
 def _options(profile: Profile | None, log_directory: str | os.PathLike | None) -> dict[str, Any]:
@@ -77,6 +82,10 @@ def _options(profile: Profile | None, log_directory: str | os.PathLike | None) -
         "python": sys.executable,  # the venv's interpreter, by absolute path: no activation needed on the worker
         "scheduler_options": {"dashboard": False, "dashboard_address": ":0"},  # no fixed port to collide on
         "log_directory": None if log_directory is None else str(log_directory),
+        # where the worker jobs read the run's TLS key and certificate (files only the user can read, removed when
+        # the cluster closes): the log folder, which the worker jobs write to, so a file system they share. Left
+        # unset, dask-jobqueue warns and writes them into the working directory
+        "shared_temp_directory": str(Path(log_directory or ".").resolve()),
         "job_name": "eoscale-dask",
     }
     account = os.environ.get("SLURM_JOB_ACCOUNT")

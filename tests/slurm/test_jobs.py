@@ -4,6 +4,7 @@ Dask workers are Slurm jobs writes the same bytes as a local one."""
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -75,9 +76,15 @@ def tree(root: Path) -> dict[str, bytes]:
 def test_ingest_on_dask_workers_that_are_slurm_jobs_matches_a_local_ingest(local_slurm, tiny_rasters, tmp_path):
     assert main(ingest_args(tiny_rasters, tmp_path / "local.zarr", "--workers", "1")) == 0
     started = time.perf_counter()
-    assert main(ingest_args(tiny_rasters, tmp_path / "slurm.zarr", "--slurm-workers", "2", "--slurm-profile", "local",
-                            "--slurm-log-dir", str(tmp_path / "logs"))) == 0
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert main(ingest_args(tiny_rasters, tmp_path / "slurm.zarr", "--slurm-workers", "2", "--slurm-profile",
+                                "local", "--slurm-log-dir", str(tmp_path / "logs"))) == 0
     print(f"ingest on 2 Slurm worker jobs: {time.perf_counter() - started:.1f} s")
+    # the run's TLS key went to the log folder, not to the working directory with dask-jobqueue's warning, and is
+    # gone once the cluster closed
+    assert not [w for w in said if "shared_temp_directory" in str(w.message)]
+    assert not list((tmp_path / "logs").glob(".dask-jobqueue.*")) and not list(Path.cwd().glob(".dask-jobqueue.*"))
     script = next((tmp_path / "logs").glob("*.err")).parent  # the workers connected over TLS (issue 13, item 13)
     worker_logs = "".join(p.read_text() for p in script.glob("eoscale-dask-*.err"))
     assert "tls://" in worker_logs and "tcp://" not in worker_logs, worker_logs[-2000:]
