@@ -412,6 +412,11 @@ class TileLoader(DataLoader):
         stream = self.dataset
         resume = stream.resume_point
         self._position = [stream.epoch, resume[1] if resume is not None and resume[0] == stream.epoch else 0]
+        trained = int(self.progress()) if self.progress is not None else 0
+        if trained > self._position[1]:  # a fit resumed mid-epoch from a checkpoint without this loader's state
+            warnings.warn(f"resuming epoch {stream.epoch} after {trained} batches from a checkpoint that does not "
+                          f"record the training loader's place (written before eoscale recorded it): that epoch "
+                          f"starts again from its first batch", stacklevel=2)
         for batch in super().__iter__():
             self._position[1] += 1
             yield batch
