@@ -413,7 +413,7 @@ class TileLoader(DataLoader):
         resume = stream.resume_point
         self._position = [stream.epoch, resume[1] if resume is not None and resume[0] == stream.epoch else 0]
         trained = int(self.progress()) if self.progress is not None else 0
-        if trained > self._position[1]:  # a fit resumed mid-epoch from a checkpoint without this loader's state
+        if trained > self._position[1] and _first_rank():  # resumed mid-epoch, from a checkpoint without our state
             warnings.warn(f"resuming epoch {stream.epoch} after {trained} batches from a checkpoint that does not "
                           f"record the training loader's place (written before eoscale recorded it): that epoch "
                           f"starts again from its first batch", stacklevel=2)
@@ -439,9 +439,7 @@ class TileLoader(DataLoader):
         batches = int(state["batches"])
         saved, layout = state.get("layout", {}), self._layout()
         differ = [f"{key} {saved.get(key)} → {value}" for key, value in layout.items() if saved.get(key) != value]
-        one_rank = not (torch.distributed.is_available() and torch.distributed.is_initialized()
-                        and torch.distributed.get_rank() != 0)  # every rank loads the state: say it once
-        if differ and one_rank:
+        if differ and _first_rank():  # every rank loads the state: say it once
             warnings.warn(
                 f"resuming epoch {state['epoch']} after {batches} batches of a run that differed in "
                 f"{', '.join(differ)}: the rest of that epoch is not exactly the tiles the first run left", stacklevel=2)
@@ -477,6 +475,13 @@ class TileLoader(DataLoader):
 
     def _get_iterator(self):
         return _HandoverIter(self) if self.handover is not None else super()._get_iterator()
+
+
+def _first_rank() -> bool:
+    """Whether this process is rank 0 of the process group, or there is none: where a warning every rank would
+    give is given."""
+    return not (torch.distributed.is_available() and torch.distributed.is_initialized()
+                and torch.distributed.get_rank() != 0)
 
 
 def _start_worker(handover: Handover, user_init, worker_id: int) -> None:
