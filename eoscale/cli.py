@@ -80,8 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # a full disk or a used-up quota (an HPC project's file system) is not a bug: one line, exit 1; outputs are
         # written under temporary names (and ingest resumes), so running the command again is safe
         where = f" ({err.filename})" if err.filename else ""
+        again = " with --ckpt_path last (it resumes)" if name in ("fit", "pretrain") else ""
         print(f"eoscale {name}: error: {err.strerror}{where}: free space (or ask for more quota) or write to another "
-              f"file system, then run the command again", file=sys.stderr)
+              f"file system, then run the command again{again}", file=sys.stderr)
         return 1
 
 

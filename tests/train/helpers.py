@@ -61,3 +61,17 @@ class CutTracking(Callback):
             for logger in trainer.loggers:
                 if hasattr(logger, "_mlflow_client"):
                     logger._mlflow_client = MlflowClient(self.uri)
+
+
+class DiskFullAt(Callback):
+    """Fail as a full disk does (ENOSPC, with the file it was writing) when the run is about to take step `step`."""
+
+    def __init__(self, step: int, path: str = "checkpoints/last.ckpt") -> None:
+        self.step, self.path = step, path
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import errno
+            import os
+
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)

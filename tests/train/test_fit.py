@@ -41,6 +41,16 @@ def test_fast_dev_run(config: Path, store: Path, tmp_path: Path, shared_tracking
     main(["fit", "--config", str(config), *_common(store, tmp_path), *weights, "--trainer.fast_dev_run", "true"])
 
 
+def test_a_full_disk_is_one_line_that_says_how_to_resume(store: Path, tmp_path: Path, capsys):
+    code = eoscale_main(["fit", "--config", SMOKE, *_common(store, tmp_path), "--trainer.max_steps", "2",
+                         "--trainer.logger", "false", "--trainer.callbacks+=tests.train.helpers.DiskFullAt",
+                         "--trainer.callbacks.step=1"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1] == (
+        "eoscale fit: error: No space left on device (checkpoints/last.ckpt): free space (or ask for more quota) or "
+        "write to another file system, then run the command again with --ckpt_path last (it resumes)"), err[-3:]
+
+
 @pytest.mark.slow
 def test_fit_logs_to_embedded_mlflow(store: Path, tmp_path: Path, monkeypatch):
     monkeypatch.chdir(tmp_path)
