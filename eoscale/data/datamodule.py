@@ -411,7 +411,7 @@ class TileLoader(DataLoader):
         # `__iter__` set the workers going at once, so a run resumed at epoch e made that epoch in epoch 0's order
         stream = self.dataset
         resume = stream.resume_point
-        self._position = [stream.epoch, resume[1] if resume is not None and resume[0] == stream.epoch else 0]
+        self._position = [stream.epoch, stream.resumed_batches]
         trained = int(self.progress()) if self.progress is not None else 0
         if trained > self._position[1] and _first_rank():  # resumed mid-epoch, from a checkpoint without our state
             warnings.warn(f"resuming epoch {stream.epoch} after {trained} batches from a checkpoint that does not "

@@ -280,6 +280,12 @@ class TileStream(IterableDataset):
         epoch, batches = self._resume.tolist()
         return None if epoch < 0 else (epoch, batches)
 
+    @property
+    def resumed_batches(self) -> int:
+        """The batches the next iteration of the current epoch leaves out: 0 unless `resume` named this epoch."""
+        resume = self.resume_point
+        return resume[1] if resume is not None and resume[0] == self.epoch else 0
+
     def resume(self, epoch: int, batches: int) -> None:
         """Start the next iteration of `epoch` after its first `batches` batches (0 ≤ batches ≤ `len(self)`),
         and make `epoch` the stream's epoch; `resume(-1, 0)` forgets it."""
@@ -295,9 +301,7 @@ class TileStream(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        epoch = self.epoch
-        resume = self.resume_point
-        used = resume[1] if resume is not None and resume[0] == epoch else 0
+        epoch, used = self.epoch, self.resumed_batches
         # A resumed epoch: the DataLoader takes batches from its workers in turn starting with worker 0, while
         # the uninterrupted epoch's next batch is worker (used mod workers)'s (`partition.worker_delivered`); so
         # worker w makes what worker (w + used) mod workers would have, and the turns go on as they would have.
