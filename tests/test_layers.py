@@ -22,6 +22,7 @@ LAYERS: list[set[str]] = [
     {"sensors"},  # the sensor registry: band identity is (sensor, band)
     {"schema", "bands"},  # the ground: names every stage shares
     {"classes"},
+    {"_compat"},  # every private-API use of torch, Lightning, DeepSpeed, Ray, zarr, PyTriton (eoscale/_compat)
     {"errors", "__init__"},
 ]
 # imports within one layer that are part of the design (MLflow lives in track; stages log through it)
@@ -91,3 +92,82 @@ def test_the_check_sees_a_wrong_import(tmp_path, monkeypatch):
     (fake / "models" / "__init__.py").write_text("def f():\n    from eoscale.train.task import X\n")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", fake)
     assert ("models", "train") in {(s, d) for s, d, _ in imports()}
+
+
+def module_graph(root: Path = None) -> dict[str, set[str]]:
+    """Module -> the eoscale modules it imports (lazy imports inside functions included; relative imports resolved)."""
+    root = ROOT if root is None else root
+    modules: dict[str, Path] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = ("eoscale",) + path.relative_to(root).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
+                    if node.level else (node.module or "")
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            found |= {t for t in targets if t in modules and t != name}
+        graph[name] = found
+    return graph
+
+
+def circles_inside_packages(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles whose modules all lie in one package of eoscale (strongly connected components)."""
+    def package(module: str) -> str:
+        return module.split(".")[1] if module.count(".") else ""
+
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if package(w) != package(v):
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_import_circle_inside_a_package():
+    circles = circles_inside_packages(module_graph())
+    assert not circles, "import circles inside a package (move the shared piece into a module both import):\n" + \
+        "\n".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_check_sees_a_circle(tmp_path):
+    fake = tmp_path / "eoscale"
+    (fake / "train").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "train" / "__init__.py").write_text("")
+    (fake / "train" / "a.py").write_text("from eoscale.train.b import x\n")
+    (fake / "train" / "b.py").write_text("def f():\n    from . import a\n")
+    (fake / "train" / "c.py").write_text("from eoscale.train import a\n")
+    assert circles_inside_packages(module_graph(fake)) == [["eoscale.train.a", "eoscale.train.b"]]
