@@ -105,7 +105,13 @@ def module_graph(root: Path = None) -> dict[str, set[str]]:
     for name, path in modules.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         found: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        # imports only a type checker runs (`if TYPE_CHECKING:`) make no circle at run time
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                       for stmt in block.body for n in ast.walk(stmt)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             if isinstance(node, ast.ImportFrom):
                 base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else [])) \
                     if node.level else (node.module or "")
@@ -117,6 +123,11 @@ def module_graph(root: Path = None) -> dict[str, set[str]]:
             found |= {t for t in targets if t in modules and t != name}
         graph[name] = found
     return graph
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def circles_inside_packages(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -170,4 +181,6 @@ def test_the_circle_check_sees_a_circle(tmp_path):
     (fake / "train" / "a.py").write_text("from eoscale.train.b import x\n")
     (fake / "train" / "b.py").write_text("def f():\n    from . import a\n")
     (fake / "train" / "c.py").write_text("from eoscale.train import a\n")
+    (fake / "train" / "d.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from eoscale.train.c import y\n")
+    (fake / "train" / "e.py").write_text("from eoscale.train.d import z\n")
     assert circles_inside_packages(module_graph(fake)) == [["eoscale.train.a", "eoscale.train.b"]]

@@ -304,14 +304,14 @@ def write_markdown(comparison: Comparison, path: Path) -> Path:
 
 def write_outputs(comparison: Comparison, output: str | os.PathLike) -> list[Path]:
     """`comparison.csv`, `comparison.md` and the plots (`eoscale.track.plots`) into `output`."""
-    from eoscale.track import plots
+    from eoscale.track.plots import plot_all
 
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
     return [
         write_csv(comparison.rows, folder / "comparison.csv"),
         write_markdown(comparison, folder / "comparison.md"),
-        *plots.plot_all(comparison, folder),
+        *plot_all(comparison, folder),
     ]
 
 
