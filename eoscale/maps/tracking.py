@@ -23,7 +23,7 @@ from pathlib import Path
 
 from eoscale.catalog.stac import PREDICT_RUN
 from eoscale.maps.lineage import item_path
-from eoscale.track.store import artifact_location
+from eoscale.track.store import artifact_location, client_policy
 
 EXPERIMENT = "eoscale-assess"
 
@@ -89,9 +89,7 @@ def _log(report: dict, files: list[Path], *, map_path: Path, uri: str, run: dict
 
     if uri.startswith("sqlite:"):
         Path(uri.split(":///", 1)[-1]).parent.mkdir(parents=True, exist_ok=True)
-    elif uri.startswith(("http:", "https:")):  # MLflow's defaults retry a dead server for minutes
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    client_policy(uri)
     client = MlflowClient(tracking_uri=uri)
     run_id = None
     if run is not None:

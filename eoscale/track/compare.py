@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.track.store import artifact_location, default_tracking_uri, sqlite_path
+from eoscale.track.store import artifact_location, client_policy, default_tracking_uri, sqlite_path
 
 EXPERIMENT = "eoscale"  # where `eoscale fit` logs (eoscale.track.logger.MLflowLogger's default)
 COMPARE_EXPERIMENT = "eoscale-compare"
@@ -93,10 +93,7 @@ def connect(tracking_uri: str):
         if not path.is_file():  # MLflow would create an empty store here instead of saying so
             raise InputNotFoundError(
                 f"no MLflow store at '{path}': run 'eoscale fit' first, or give --tracking-uri or --root-dir")
-    elif tracking_uri.startswith(("http:", "https:")):
-        # MLflow's default retries with backoff for minutes before it says a server is down
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+    client_policy(tracking_uri)
     client = MlflowClient(tracking_uri=tracking_uri)
     try:
         client.search_experiments(max_results=1)

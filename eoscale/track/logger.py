@@ -33,11 +33,7 @@ from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from eoscale.track.store import artifact_location, default_tracking_uri, sqlite_path
-
-HTTP_RETRIES = "2"  # MLflow's default retries with backoff for minutes before giving up on a dead server
-HTTP_TIMEOUT = "20"
-
+from eoscale.track.store import artifact_location, client_policy, default_tracking_uri, sqlite_path
 
 LOCKED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries while SQLite says "database is locked"
 
@@ -140,9 +136,7 @@ class MLflowLogger(MLFlowLogger):
         if uri.startswith("sqlite:"):
             self._run_root.mkdir(parents=True, exist_ok=True)
             artifacts = artifact_location(uri)
-        elif uri.startswith(("http:", "https:")):
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", HTTP_RETRIES)
-            os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", HTTP_TIMEOUT)
+        client_policy(uri)
         # MLflow's client creates (and migrates) a SQLite store on construction, on every rank: two ranks
         # doing it at once collide ("Does not validate against any of the Union subtypes", then a hang at the
         # first collective), so they take turns under a file lock next to the store

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.track.store import default_tracking_uri, sqlite_path
+from eoscale.track.store import client_policy, default_tracking_uri, sqlite_path
 
 PREFIX = "models:/"
 ARTIFACT_PATH = "registered_checkpoint"
@@ -48,8 +48,7 @@ def _client(tracking_uri: str | None):
     if uri.startswith("sqlite:") and not sqlite_path(uri).is_file():
         raise InputNotFoundError(f"no MLflow tracking store at {str(sqlite_path(uri))!r}: give --tracking-uri "
                                  "(the store 'eoscale fit' registered the model in)")
-    if uri.startswith(("http:", "https:")):
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # one quick try, not minutes of backoff
+    client_policy(uri)
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri), uri

@@ -1,5 +1,6 @@
-"""Where MLflow keeps eoscale's runs: the tracking URI rule, the artifact folder of a SQLite store, and what a
-store says of one run (`describe_run`, for `eoscale lineage`).
+"""Where MLflow keeps eoscale's runs: the tracking URI rule, the artifact folder of a SQLite store, what a
+store says of one run (`describe_run`, for `eoscale lineage`), and the one client policy (`client_policy`) every
+eoscale command follows when it talks to a tracking server.
 
 Light on purpose (no torch, no Lightning): `eoscale fit`, `eoscale predict`, `eoscale compare` and
 `eoscale lineage` all follow these rules, and `compare` must start fast.
@@ -9,6 +10,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+# MLflow's own defaults (7 retries, backoff factor 2, 120 s a request) keep a command waiting for minutes on a
+# tracking server that is gone. One policy for every eoscale command in a process (fit, predict, assess, compare,
+# lineage, the registry): up to 2 retries about 1 and 2 s apart, 20 s a request. Set before the first MLflow
+# request; a value the user exported wins (setdefault), and so the process never sees two policies.
+HTTP_POLICY = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "20",
+}
+
+
+def client_policy(uri: str) -> None:
+    """Apply `HTTP_POLICY` before talking to the tracking store at `uri` (a no-op for a SQLite or file store)."""
+    if uri.startswith(("http:", "https:")):
+        for name, value in HTTP_POLICY.items():
+            os.environ.setdefault(name, value)
 
 
 def default_tracking_uri(root_dir: str | os.PathLike | None = None) -> str:
@@ -39,10 +57,7 @@ def describe_run(uri: str, run_id: str) -> dict:
     `{"found": False, "reason"}` (no such run, no store file at a SQLite URI, or a store that does not answer)."""
     if uri.startswith("sqlite:") and not sqlite_path(uri).is_file():
         return {"found": False, "reason": f"no tracking store at {str(sqlite_path(uri))!r}"}
-    if uri.startswith(("http:", "https:")):
-        # one quick try: MLflow's default retries with backoff for minutes on a server that is gone
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    client_policy(uri)
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
