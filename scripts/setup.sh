@@ -20,8 +20,8 @@ echo "setup: installing eoscale into .venv (first time: a few minutes)"
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip setuptools wheel
 # DeepSpeed (configs/strategy/zero*.yaml) builds none of its ops at install: they would need CUDA and minutes
-DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -e '.[dev]'
-# eoscale serve: PyTriton (bundles tritonserver) without its numpy<2 pin, see eoscale/serve/numpy2.py
+DS_BUILD_OPS=0 .venv/bin/python -m pip install -q -e '.[dev,all]'   # every extra: the tests use them all
+# eoscale serve: PyTriton (bundles tritonserver) without its numpy<2 pin, see eoscale/_compat/pytriton.py
 .venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0'
 # Holistic Trace Analysis (--profile summaries): without its declared jupyterlab, which only its notebooks need
 .venv/bin/python -m pip install -q --no-deps 'HolisticTraceAnalysis==0.5.0'

@@ -98,22 +98,25 @@ def warn_once(key: str, message: str, *, stacklevel: int = 3) -> None:
     warnings.warn(message, stacklevel=stacklevel)
 
 
-# extra -> (the module a command imports, what it is for)
-EXTRAS: dict[str, tuple[str, str]] = {
-    "deepspeed": ("deepspeed", "DeepSpeed ZeRO-2/3 strategies (configs/strategy/zero*.yaml)"),
-    "ray": ("ray.train", "the Ray Train launcher (--launcher ray)"),
-    "serve": ("pytriton", "Triton Inference Server (eoscale serve)"),
+# extra -> (the module a command imports, what it is for, how to install it)
+EXTRAS: dict[str, tuple[str, str, str]] = {
+    "deepspeed": ("deepspeed", "DeepSpeed ZeRO-2/3 strategies (configs/strategy/zero*.yaml)",
+                  "DS_BUILD_OPS=0 pip install 'eoscale[deepspeed]'"),
+    "ray": ("ray.train", "the Ray Train launcher (--launcher ray)", "pip install 'eoscale[ray]'"),
+    # PyTriton declares numpy<2 but runs under numpy 2 with eoscale's patch (eoscale._compat.pytriton)
+    "serve": ("pytriton", "Triton Inference Server (eoscale serve)",
+              "pip install 'eoscale[serve]' && pip install --no-deps nvidia-pytriton==0.7.0"),
 }
 
 
 def require_extra(extra: str) -> ModuleType:
     """Import the module behind optional extra `extra`, or raise `MissingExtraError` saying what to install."""
-    module, purpose = EXTRAS[extra]
+    module, purpose, install = EXTRAS[extra]
     try:
         return importlib.import_module(module)
     except ImportError as err:
         if err.name is not None and not module.startswith(err.name.split(".")[0]):
             raise  # the extra is there but something it needs is broken: a bug, keep the traceback
         raise MissingExtraError(
-            f"{purpose} need(s) the '{extra}' extra, which is not installed: pip install 'eoscale[{extra}]' "
+            f"{purpose} need the '{extra}' extra, which is not installed: {install} "
             f"(bash scripts/setup.sh installs every extra)") from None

@@ -29,6 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eoscale._compat import require_extra
 from eoscale.errors import InputError
 
 MONITOR_SECONDS = 1.0  # how often the main thread checks that tritonserver and the proxies are alive
@@ -97,13 +98,14 @@ def serve(options: ServeOptions, *, checkpoint: Path | None = None) -> int:
     # Python's handler for SIGINT even if it was ignored (started with '&'): see the module docstring
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    require_extra("serve")
     served = load_models(options, checkpoint or Path(options.checkpoint))
     from pytriton.model_config import DynamicBatcher, ModelConfig
     from pytriton.triton import Triton, TritonConfig
 
-    from eoscale.serve.numpy2 import stub_library_path, use_dlpack_proxy
+    from eoscale._compat.pytriton import stub_library_path, use_dlpack_proxy
 
-    stub_library_path(os.environ)  # tritonserver and the backend stubs inherit it (eoscale.serve.numpy2)
+    stub_library_path(os.environ)  # tritonserver and the backend stubs inherit it (eoscale._compat.pytriton)
 
     for name in ("pytriton", "sh", "tritonclient"):
         logging.getLogger(name).setLevel(logging.WARNING)  # PyTriton's progress lines: eoscale says what matters
