@@ -52,10 +52,11 @@ import warnings
 import numpy as np
 import torch
 from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader, get_worker_info
-from torch.utils.data.dataloader import _InfiniteConstantSampler, _MultiProcessingDataLoaderIter
+from torch.utils.data import get_worker_info
+from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from eoscale import schema
+from eoscale._compat.torch import HookedLoader, HookedWorkerIter, shutdown_workers
 from eoscale.classes import ClassTable
 from eoscale.data.augment import dihedral
 from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
@@ -370,7 +371,7 @@ class _EpochSampler(_InfiniteConstantSampler):
         self.stream.set_epoch(epoch)
 
 
-class TileLoader(DataLoader):
+class TileLoader(HookedLoader):
     """A DataLoader of a `TileStream`'s ready-made batches, whose `sampler.set_epoch` reaches the stream.
 
     Lightning (checked with 2.6) calls `set_epoch` on `dataloader.sampler` at every training epoch's start and
@@ -464,8 +465,7 @@ class TileLoader(DataLoader):
         that feed them — before the iterator's `__del__` sends each worker its stop: the workers never hear it
         and the DataLoader waits its 5 s join timeout for each before killing them (measured: 5.3 s a loader)."""
         iterator, self._iterator = getattr(self, "_iterator", None), None
-        if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-            iterator._shutdown_workers()
+        shutdown_workers(iterator)
 
     def __enter__(self) -> TileLoader:
         return self
@@ -473,8 +473,8 @@ class TileLoader(DataLoader):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def _get_iterator(self):
-        return _HandoverIter(self) if self.handover is not None else super()._get_iterator()
+    def worker_iterator(self) -> HookedWorkerIter | None:
+        return _HandoverIter(self) if self.handover is not None else None
 
 
 def _first_rank() -> bool:
@@ -490,29 +490,23 @@ def _start_worker(handover: Handover, user_init, worker_id: int) -> None:
         user_init(worker_id)
 
 
-class _HandoverIter(_MultiProcessingDataLoaderIter):
-    """The DataLoader's own worker iterator, unpacking each batch as it arrives (see `Handover`). It hooks
-    into the DataLoader's private `_get_iterator`, `_try_get_data`, `_next_data` and `_shutdown_workers`
-    (checked with torch 2.14); the tests in tests/data/test_handover.py fail if they change."""
+class _HandoverIter(HookedWorkerIter):
+    """The DataLoader's own worker iterator, unpacking each batch as it arrives (see `Handover`), through the
+    hooks of `eoscale._compat.torch` (torch's private DataLoader internals live there, with their checked versions)."""
 
     def __init__(self, loader: TileLoader) -> None:
         self._handover = loader.handover
         self._tokens: set[int] = set()  # of this iterator's workers, whose buffers the main process maps
         super().__init__(loader)
 
-    def _try_get_data(self, *args, **kwargs):
-        # every batch received passes here, also those that a new epoch's `_reset` throws away
-        success, data = super()._try_get_data(*args, **kwargs)
-        if success and isinstance(data, tuple) and len(data) == 2:
-            self._handover.received(data[1])
-            if isinstance(data[1], dict) and _WIRE in data[1]:
-                self._tokens.add(data[1][_WIRE]["layout"][-1])
-        return success, data
+    def on_received(self, data: object) -> None:
+        self._handover.received(data)
+        if isinstance(data, dict) and _WIRE in data:
+            self._tokens.add(data[_WIRE]["layout"][-1])
 
-    def _shutdown_workers(self):
-        super()._shutdown_workers()
+    def on_shutdown(self) -> None:
         forget(getattr(self, "_tokens", ()))  # the workers have stopped: unmap their buffers (but where batches still hold them)
         self._tokens = set()
 
-    def _next_data(self):
-        return self._handover.unpack(super()._next_data())
+    def on_next(self, batch: object) -> object:
+        return self._handover.unpack(batch)

@@ -10,48 +10,30 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import warnings
 
 import numpy as np
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.data import get_worker_info
 
-TORCH_CHECKED = (">=2.14", "<2.15")
-"""The torch versions whose private DataLoader internals (`_get_iterator`, `_try_get_data`, `_next_data`,
-`_shutdown_workers`, `UntypedStorage._new_shared`) the handover hooks were checked against. On any other
-torch, `TileLoader` falls back to plain DataLoader batches (`shared_memory=False`) with one warning; to widen
-the range, re-check those internals and run tests/data/test_handover.py."""
+from eoscale._compat.torch import CHECKED as TORCH
+from eoscale._compat.torch import FALLBACK, new_shared_storage
 
-_WARNED: list[str] = []
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+TORCH_CHECKED = (f">={TORCH.low}", f"<{TORCH.high}")
+"""The torch versions whose private DataLoader internals the handover hooks were checked against
+(`eoscale._compat.torch.CHECKED`). On any other torch, `TileLoader` falls back to plain DataLoader batches
+(`shared_memory=False`) with one warning; to widen the range, re-check those internals and run
+tests/_compat/test_torch.py and tests/data/test_handover.py."""
 
 
 def torch_checked(version: str | None = None) -> bool:
-    """Whether `version` (default: the installed torch) is within `TORCH_CHECKED`."""
-    have = _version_tuple(torch.__version__ if version is None else version)
-    ok = True
-    for bound in TORCH_CHECKED:
-        op, limit = re.match(r"(>=|<)(.*)", bound).groups()
-        limit = _version_tuple(limit)
-        ok &= have >= limit if op == ">=" else have[: len(limit)] < limit
-    return ok
+    """Whether `version` (default: the installed torch) is within the checked range."""
+    return TORCH.holds(torch.__version__ if version is None else version)
 
 
 def hooks_allowed() -> bool:
     """`torch_checked()`, warning once when not: the handover's private hooks are then not installed."""
-    if torch_checked():
-        return True
-    if not _WARNED:
-        _WARNED.append(torch.__version__)
-        warnings.warn(
-            f"torch {torch.__version__} is outside {' '.join(TORCH_CHECKED)}, the range eoscale's shared-memory "
-            f"handover was checked against: using plain DataLoader batches (shared_memory=False)", stacklevel=3)
-    return False
+    return TORCH.allowed(FALLBACK)
 
 
 _WIRE = "_eoscale_packed"  # the key of a packed batch between a worker and TileLoader
@@ -172,7 +154,7 @@ def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     does, so that handing it to the main process does not copy it once more."""
     if get_worker_info() is None:
         return torch.empty(shape, dtype=dtype)
-    storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
+    storage = new_shared_storage(math.prod(shape) * dtype.itemsize)
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
