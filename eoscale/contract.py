@@ -2,7 +2,9 @@
 
 Every eoscale checkpoint holds, under ``checkpoint["eoscale"]``, the band contract of the store it was
 trained on: the sensor and band names in order (a band is (sensor, band): `eoscale.sensors`), the normalisation
-mean/std per band, the tile size and the class table.
+mean/std per band, the tile size, the class table and the target kind (`TARGET_KINDS`: what the network's output
+means, and so which output writer of `eoscale.infer.outputs` makes its maps; a checkpoint written before the kind
+was recorded holds "classes"; an unknown kind is refused in one line naming the known ones).
 Resuming, fine-tuning and prediction compare it with their store and refuse a mismatch in one line.
 
 Since schema 2 it also holds, under ``checkpoint["eoscale_model"]``, the network's constructor arguments
@@ -41,6 +43,18 @@ RUN_KEY = "eoscale_mlflow_run_id"  # in a checkpoint: the MLflow run that wrote 
 #   {"run": {run_id, tracking_uri, experiment_id}, "store": {path, fingerprint, scenes: [{scene, role, path, size,
 #    sha256}]}, "eoscale_version"}; a link nobody knew is None
 LINEAGE_KEY = "eoscale_lineage"
+# what a network's output means: class probabilities ("classes": the maps of today), per-pixel values ("values":
+# regression, float with nodata) or from-to classes of two dates ("change"); `BandContract.target`
+TARGET_KINDS = ("classes", "values", "change")
+DEFAULT_TARGET = "classes"  # a contract that records no target kind (written before it was recorded)
+TARGET_TAG = "EOSCALE_TARGET"  # in a map's tags: its target kind; a map without it holds classes
+
+
+def check_target(kind: object) -> str:
+    """`kind` if it is one of `TARGET_KINDS`, else an InputError in one line naming them."""
+    if kind not in TARGET_KINDS:
+        raise InputError(f"target kind {kind!r} is not one eoscale knows: use one of {', '.join(TARGET_KINDS)}")
+    return str(kind)
 
 
 @dataclass(frozen=True)
@@ -53,9 +67,11 @@ class BandContract:
     tile_size: int
     classes: tuple[dict, ...]  # {index, code, name, color}
     sensor: str | None = None  # eoscale.sensors; None: what the band names say (a record from before sensors were kept)
+    target: str = DEFAULT_TARGET  # TARGET_KINDS: what the network's output means
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
+        check_target(self.target)
 
     @classmethod
     def from_datamodule(cls, datamodule: Any) -> BandContract:
@@ -69,6 +85,7 @@ class BandContract:
             tile_size=int(datamodule.tile_size),
             classes=tuple({k: r[k] for k in ("index", "code", "name", "color") if k in r} for r in records),
             sensor=getattr(datamodule, "sensor", None),
+            target=getattr(datamodule, "target", None) or DEFAULT_TARGET,
         )
 
     def to_dict(self) -> dict:
@@ -80,6 +97,7 @@ class BandContract:
             "tile_size": self.tile_size,
             "classes": [dict(c) for c in self.classes],
             "sensor": self.sensor,
+            "target": self.target,
         }
 
     @classmethod
@@ -92,7 +110,20 @@ class BandContract:
             classes=tuple(dict(c) for c in data["classes"]),
             # a contract from before sensors were recorded: Sentinel-2 (eoscale.sensors.recorded_sensor)
             sensor=data.get("sensor"),
+            # a contract from before target kinds were recorded: class maps
+            target=data.get("target") or DEFAULT_TARGET,
         )
+
+    def output_channels(self) -> int:
+        """The channels of the network's output the maps are made of: one per class (classes, change). A "values"
+        contract does not say its value bands yet: its output writer gives the count (`eoscale.infer.outputs`)."""
+        return len(self.classes)
+
+    def activate(self, logits: torch.Tensor) -> torch.Tensor:
+        """The network's raw output as what its maps are made of, float32: class probabilities (softmax over the
+        channel axis) for classes and change, the values themselves for values. Prediction and serving alike."""
+        logits = logits.float()
+        return logits if self.target == "values" else logits.softmax(dim=1)
 
     def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
         """`(mean, scale)`, float32 of shape (bands, 1, 1): a window's pixels go to the network as
@@ -108,6 +139,8 @@ class BandContract:
             problem = f"bands {list(self.bands)}, the store has {list(store.bands)}"
         elif self.sensor != store.sensor:
             problem = f"{self.sensor} bands, the store has {store.sensor} bands of the same names"
+        elif self.target != store.target:
+            problem = f"target kind {self.target!r}, the store has {store.target!r}"
         elif self.tile_size != store.tile_size:
             problem = f"tile size {self.tile_size}, the store has {store.tile_size}"
         elif [(c["code"], c["name"]) for c in self.classes] != [(c["code"], c["name"]) for c in store.classes]:

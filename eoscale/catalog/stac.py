@@ -2,8 +2,9 @@
 
 A map's Item (`<scene>_item.json`) says where the map lies (geometry and bbox in WGS84, the projection
 extension with the map's own grid), what its pixels mean (raster extension: data type, nodata, resolution;
-classification extension: each class code with its name and colour), which files belong to it (assets:
-`landcover`, `confidence`, `quicklook`, `areas_csv`, `areas_json`, hrefs relative to the Item) and where it
+classification extension: each class code with its name and colour), which files belong to it (assets, as the
+output writer of the map's target kind describes them, `AssetInfo`; a class map's: `landcover`, `confidence`,
+`quicklook`, `areas_csv`, `areas_json`; hrefs relative to the Item) and where it
 comes from (`properties["eoscale:lineage"]`: checkpoint, adapter, training run, tile store, scenes, version;
 `eoscale lineage` checks it). `eoscale predict` adds `properties["eoscale:predict_run"]` once its MLflow run is
 logged. A store's Collection (`<store>/collection.json`) gives its extent, class table, bands, fingerprint and
@@ -17,6 +18,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -97,39 +99,60 @@ def classifications(table: ClassTable, areas: Mapping | None = None) -> list[Cla
 
 
 # -- map items ------------------------------------------------------------------------------------------------
-def map_item(scene_id: str, *, crs: CRS, transform: Affine, width: int, height: int, table: ClassTable,
-             dtype: str, nodata: int, files: Mapping[str, Path | None], lineage: Mapping,
+@dataclass(frozen=True)
+class AssetInfo:
+    """How a map Item describes one of its files: title, media type, roles; for a raster, its band (`raster`:
+    `RasterBand.create`'s keywords but `spatial_resolution`, the map's); `classes`: the classification extension's
+    classes (from the Item's class table and areas)."""
+
+    title: str | None
+    media_type: str | None
+    roles: list[str] | None
+    raster: Mapping | None = None
+    classes: bool = False
+
+
+def class_map_assets(dtype: str, nodata: int, confidence_nodata: int = 255) -> dict[str, AssetInfo]:
+    """The assets of a class map (the "classes" output writer of `eoscale.infer.outputs`)."""
+    return {
+        "landcover": AssetInfo("land-cover class codes", pystac.MediaType.COG, ["data"],
+                               raster={"nodata": nodata, "data_type": DataType(dtype)}, classes=True),
+        "confidence": AssetInfo("probability of the mapped class, percent", pystac.MediaType.COG, ["metadata"],
+                                raster={"nodata": confidence_nodata, "data_type": DataType.UINT8, "unit": "percent"}),
+        "quicklook": AssetInfo("quick-look with legend", pystac.MediaType.PNG, ["overview", "visual"]),
+        "areas_csv": AssetInfo("class areas", "text/csv", ["metadata"]),
+        "areas_json": AssetInfo("class areas", pystac.MediaType.JSON, ["metadata"]),
+    }
+
+
+def map_item(scene_id: str, *, crs: CRS, transform: Affine, width: int, height: int, table: ClassTable | None = None,
+             dtype: str = "uint8", nodata: int = 0, files: Mapping[str, Path | None], lineage: Mapping,
              areas: Mapping | None = None, confidence_nodata: int = 255, checksums: Mapping[str, str] | None = None,
-             when: dt.datetime | None = None) -> pystac.Item:
-    """The STAC Item of one scene's map. `files` names the assets (`landcover`, `confidence`, `quicklook`,
-    `areas_csv`, `areas_json`; None: not written), all in the Item's folder; `checksums` their sha256s."""
+             when: dt.datetime | None = None, assets: Mapping[str, AssetInfo] | None = None,
+             product: str = "landcover", title: str | None = None) -> pystac.Item:
+    """The STAC Item of one scene's map (id `<scene>_<product>`). `files` names the assets (None: not written), all
+    in the Item's folder, `assets` says what each is (default: a class map's, `class_map_assets`: `landcover`,
+    `confidence`, `quicklook`, `areas_csv`, `areas_json`), `checksums` their sha256s."""
     geometry, bbox = footprint(crs, transform, width, height)
-    item = pystac.Item(id=f"{scene_id}_landcover", geometry=geometry, bbox=bbox,
+    item = pystac.Item(id=f"{scene_id}_{product}", geometry=geometry, bbox=bbox,
                        datetime=when or dt.datetime.now(dt.UTC),
-                       properties={"title": f"land cover of {scene_id}", LINEAGE: dict(lineage)})
+                       properties={"title": title or f"land cover of {scene_id}", LINEAGE: dict(lineage)})
     _projection(item, crs, shape=(height, width), transform=transform)
     resolution = float(abs(transform.a))
-    media = {"landcover": pystac.MediaType.COG, "confidence": pystac.MediaType.COG, "quicklook": pystac.MediaType.PNG,
-             "areas_csv": "text/csv", "areas_json": pystac.MediaType.JSON}
-    roles = {"landcover": ["data"], "confidence": ["metadata"], "quicklook": ["overview", "visual"],
-             "areas_csv": ["metadata"], "areas_json": ["metadata"]}
-    titles = {"landcover": "land-cover class codes", "confidence": "probability of the mapped class, percent",
-              "quicklook": "quick-look with legend", "areas_csv": "class areas", "areas_json": "class areas"}
+    described = class_map_assets(dtype, nodata, confidence_nodata) if assets is None else assets
     for key, path in files.items():
         if path is None:
             continue
-        asset = pystac.Asset(f"./{Path(path).name}", title=titles.get(key), media_type=media.get(key),
-                             roles=roles.get(key))
+        info = described.get(key) or AssetInfo(None, None, None)
+        asset = pystac.Asset(f"./{Path(path).name}", title=info.title, media_type=info.media_type, roles=info.roles)
         item.add_asset(key, asset)
         if checksums and key in checksums:
             FileExtension.ext(asset, add_if_missing=True).checksum = SHA256_MULTIHASH + checksums[key]
-        if key == "landcover":
+        if info.raster is not None:
             RasterExtension.ext(asset, add_if_missing=True).bands = [RasterBand.create(
-                nodata=nodata, data_type=DataType(dtype), spatial_resolution=resolution)]
+                **info.raster, spatial_resolution=resolution)]
+        if info.classes and table is not None:
             ClassificationExtension.ext(asset, add_if_missing=True).classes = classifications(table, areas)
-        elif key == "confidence":
-            RasterExtension.ext(asset, add_if_missing=True).bands = [RasterBand.create(
-                nodata=confidence_nodata, data_type=DataType.UINT8, spatial_resolution=resolution, unit="percent")]
     return item
 
 

@@ -1,6 +1,7 @@
 """Class areas of a land-cover map: pixels, hectares and percent of the valid (not nodata) area per class.
 
-Counted block by block as the map is made, so nothing reads the map again. In a projected CRS every pixel
+The summary of a class map (the "classes" output writer, `eoscale.infer.outputs.classes`). Counted block by
+block as the map is made, so nothing reads the map again. In a projected CRS every pixel
 has the same area (the transform's determinant, in metres through the CRS's unit); in a geographic CRS a
 pixel's area shrinks towards the poles, so each row's pixels are measured on the CRS's ellipsoid.
 """

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.infer.summary import print_summary
     from eoscale.infer.tracking import log_prediction
 
-    print_summary(result.scenes, Path(config.output))
+    print_summary(result.scenes, Path(config.output), target=result.target)
     profile = _summarize_profile(Path(config.output)) if config.profile else []
     run_id = log_prediction(config, result, tracking_uri=run_options.tracking_uri, profile=profile)
     if run_id:

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from eoscale.contract import BandContract
+from eoscale.errors import InputError
 from eoscale.infer.model import PredictionModel
 from eoscale.models.metrics import segmentation_metrics
 
@@ -21,6 +22,9 @@ from eoscale.models.metrics import segmentation_metrics
 def evaluate(model: PredictionModel, store: str | Path, *, split: str = "test", batch_size: int = 16,
              num_workers: int = 0) -> dict[str, float]:
     """Per-class IoU, mIoU, accuracy and F1 of `model` on split `split` of the tile store `store`."""
+    if model.contract.target != "classes":
+        raise InputError(f"checkpoint {str(model.checkpoint)!r} maps {model.contract.target!r}: --store evaluates "
+                         "class models only (IoU per class)")
     from eoscale.data.datamodule import TileDataModule
 
     data = TileDataModule(store, batch_size=batch_size, num_workers=num_workers, bands=list(model.contract.bands),

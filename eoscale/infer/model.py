@@ -34,7 +34,7 @@ class PredictionModel:
 
     network: nn.Module
     contract: BandContract
-    classes: ClassTable
+    classes: ClassTable | None  # None: a model of another target kind without classes
     checkpoint: Path
     backbone: str
     adapter: str | None = None
@@ -75,6 +75,7 @@ def load_model(
 ) -> PredictionModel:
     """The network of an eoscale checkpoint file, in eval mode on `device`, with adapter `adapter` if given."""
     trained = load_network(checkpoint, adapter=adapter)
-    classes = ClassTable.from_records(list(trained.contract.classes))
+    # a model of values has no class table (`eoscale.contract.TARGET_KINDS`)
+    classes = ClassTable.from_records(list(trained.contract.classes)) if trained.contract.classes else None
     return PredictionModel(trained.network.to(device), trained.contract, classes, trained.checkpoint,
                            trained.spec["args"]["backbone"], adapter, trained.spec, trained.lineage)

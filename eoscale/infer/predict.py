@@ -1,9 +1,12 @@
-"""The window loop: strips of a scene in, blended blocks of class probabilities out.
+"""The window loop: strips of a scene in, blended blocks of the network's output (class probabilities) out.
 
     grid = WindowGrid.make(scene.height, scene.width, window=256, overlap=0.25)
     for tile in grid.column_tiles(COLUMN_TILE):
         for block in predict_blocks(network, scene, grid, contract=contract, cols=tile):
             ...  # block.probs: (classes, rows, columns), block.valid: (rows, columns) from block.col on
+
+What the blended channels are is the checkpoint's target kind's (`BandContract.activate`: class probabilities for
+a class model; the output writer of `eoscale.infer.outputs` may give its own `channels` and `activate`).
 
 Reading threads (`readers`, each with its own `SceneReader` and its own run of each strip's windows) read
 the strip of the scene under each row of windows (mirrored at the scene's edges), normalise it as training
@@ -63,7 +66,7 @@ class Block:
 
     index: int
     row: int
-    probs: Tensor  # (classes, rows, columns) float32 on the model's device; sums to 1 over classes
+    probs: Tensor  # (channels, rows, columns) float32 on the model's device; classes: sums to 1 over classes
     valid: np.ndarray  # (rows, columns) True where the scene holds data (`SceneReader.read_masked`)
     col: int = 0
 
@@ -161,6 +164,8 @@ def predict_blocks(
     grid: WindowGrid,
     *,
     contract: BandContract,
+    channels: int | None = None,
+    activate: Callable[[Tensor], Tensor] | None = None,
     blocks: range | None = None,
     cols: range | None = None,
     batch_size: int = 16,
@@ -172,9 +177,10 @@ def predict_blocks(
     i.e. the whole width), its strips read by `readers` threads; see the module docstring.
 
     `on_batch(windows)` is called after each forward pass. On a CUDA device the forward pass runs under
-    bf16 autocast; probabilities and their blending stay float32. A `network` served elsewhere
-    (`eoscale.infer.remote.RemoteNetwork`, `raw_windows` true) is sent the raw windows and their validity, several
-    batches in flight, and gives the probabilities back; reading and blending are the same.
+    bf16 autocast; probabilities and their blending stay float32. The network's output becomes `channels`
+    channels by `activate` (default: the contract's, `BandContract.output_channels` and `.activate`). A `network`
+    served elsewhere (`eoscale.infer.remote.RemoteNetwork`, `raw_windows` true) is sent the raw windows and their
+    validity, several batches in flight, and gives the probabilities back; reading and blending are the same.
     """
     if batch_size < 1:
         raise InputError(f"batch size {batch_size}: give at least 1")
@@ -185,19 +191,22 @@ def predict_blocks(
     device = torch.device("cpu") if remote else next(network.parameters()).device
     first = grid.first_window_row(blocks.start)
     span = Span.of(grid.cols, cols)
-    classes = len(contract.classes)
+    classes = contract.output_channels() if channels is None else channels
     accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
     mean, scale = (None, None) if remote else contract.normalisation()
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale,
                         pin=pin, threads=readers)
     batches = _batches(strips, span.windows, batch_size)
-    forwarded = _served(network, batches, grid) if remote else _forward(network, batches, device, pin)
+    forwarded = (_served(network, batches, grid) if remote
+                 else _forward(network, batches, device, pin, activate or contract.activate))
     last_col = span.windows - 1
     try:
         for batch, probs in forwarded:
             if probs.shape[1] != classes:
-                raise InputError(f"the model gives {probs.shape[1]} classes but its checkpoint's class table has {classes}")
+                raise InputError(f"the model gives {probs.shape[1]} classes but its checkpoint's class table has {classes}"
+                                 if contract.target == "classes" else
+                                 f"the model gives {probs.shape[1]} channels but its {contract.target!r} maps need {classes}")
             finished: list[Block] = []
             with torch.inference_mode():
                 weighted = probs.mul_(accumulator.weights)
@@ -213,8 +222,9 @@ def predict_blocks(
 
 
 def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], device: torch.device,
-             pin: bool) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
-    """(batch, class probabilities, float32) for each batch, by `network` in this process."""
+             pin: bool, activate: Callable[[Tensor], Tensor]) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
+    """(batch, `activate(logits)`: class probabilities, float32, for a class model) for each batch, by `network` in
+    this process."""
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     for batch in batches:
         x = _stack(batch)
@@ -227,7 +237,7 @@ def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], dev
         with torch.inference_mode(), autocast:
             logits = network(x)
         with torch.inference_mode():
-            probs = logits.float().softmax(dim=1)
+            probs = activate(logits)
         yield batch, probs
 
 

@@ -5,8 +5,10 @@
 `predict` runs in every process of a run (see `eoscale.infer.distributed` for how they start). With at
 least as many scenes as processes, each process takes whole scenes (scene `i` goes to process
 `i % processes`); otherwise every scene's blocks are split across all processes and process 0 finalises
-it. A process writes the blocks it is given into part files; the scene's finalising process copies the
-parts into the COGs and writes the quick-look and the area table. The parts of a scene are the same rows
+it. A process writes the blocks it is given into part files; the scene's finalising process turns the
+parts into the scene's maps. What the parts hold and what the maps are (a class model's: the class COG,
+class areas and quick-look) is up to the output writer of the checkpoint's target kind
+(`eoscale.infer.outputs`); this module only runs the recipe. The parts of a scene are the same rows
 whatever the number of processes, so the map is byte-identical for any number of them.
 """
 
@@ -25,10 +27,8 @@ import numpy as np
 import torch
 
 from eoscale import __version__
-from eoscale.catalog.digest import file_record, file_sha256
-from eoscale.catalog.stac import map_item, to_json, write_json
+from eoscale.catalog.digest import file_record
 from eoscale.errors import InputError
-from eoscale.infer.areas import AreaCounter, area_table, write_area_table
 from eoscale.infer.config import PredictConfig, check_config
 from eoscale.infer.distributed import (
     Heartbeat,
@@ -42,19 +42,15 @@ from eoscale.infer.distributed import (
 )
 from eoscale.infer.model import PredictionModel, load_model
 from eoscale.infer.outputs import (
-    CONFIDENCE_NODATA,
     Georef,
-    MapEncoding,
-    PartWriter,
+    MapContext,
+    OutputWriter,
     Piece,
-    SceneOutputs,
-    map_tags,
     part_path,
     partial,
     publish,
     read_part,
-    write_cog,
-    write_quicklook,
+    writer_for,
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
@@ -81,7 +77,7 @@ class SceneResult:
     seconds: float
     km2: float
     processes: int
-    areas: dict = field(repr=False)
+    areas: dict = field(repr=False)  # the output writer's summary (a class model's: its area table)
     outputs: dict[str, str] = field(repr=False)
 
 
@@ -93,6 +89,7 @@ class RunResult:
     backbone: str
     processes: int
     seconds: float
+    target: str = "classes"  # the checkpoint's target kind: which output writer wrote the maps
 
 
 @dataclass
@@ -103,6 +100,7 @@ class Plan:
     overlap: float
     column_tile: int
     readers: int
+    writer: OutputWriter
     model_lineage: dict | None = field(default=None, repr=False)  # `lineage()`'s, once per process
 
     def lineage(self, config: PredictConfig) -> dict:
@@ -144,7 +142,7 @@ def predict(config: PredictConfig) -> RunResult | None:
         else:
             plan = run_rank(0, 1, run_id, config)
     scenes = collect(config, run_id, [s.id for s in plan.scenes], peers=peers)
-    return RunResult(scenes, plan.model.backbone, processes, time.perf_counter() - started)
+    return RunResult(scenes, plan.model.backbone, processes, time.perf_counter() - started, plan.model.contract.target)
 
 
 def _tidy_left_overs(root: Path, *, keep: str) -> None:
@@ -171,18 +169,18 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")
+    writer = writer_for(model.contract)(model.contract, confidence=config.confidence)
     if outputs:
-        check_outputs(config, ids)
+        check_outputs(config, ids, writer)
     window = config.window or model.contract.tile_size
     check_window(window, config.overlap)
     readers = config.readers or reading_threads(model.device)
-    return Plan(model, scenes, window, config.overlap, config.column_tile, readers)
+    return Plan(model, scenes, window, config.overlap, config.column_tile, readers, writer)
 
 
-def check_outputs(config: PredictConfig, scene_ids: list[str]) -> None:
+def check_outputs(config: PredictConfig, scene_ids: list[str], writer: OutputWriter) -> None:
     for scene_id in scene_ids:
-        SceneOutputs.for_scene(Path(config.output), scene_id, confidence=config.confidence).check(
-            overwrite=config.overwrite)
+        writer.scene_files(Path(config.output), scene_id).check(overwrite=config.overwrite)
 
 
 def _spawned(rank: int, world: int, run_id: str, config: PredictConfig) -> None:
@@ -202,7 +200,7 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
             tasks = deal(plan.scenes, rank, world)
             # only the process that finalises a scene checks its outputs: another may finish its own scene (and
             # write its outputs) before this one gets here
-            check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank])
+            check_outputs(config, [s.id for s, _, _, owner in tasks if owner == rank], plan.writer)
             Path(config.output).mkdir(parents=True, exist_ok=True)
             if heartbeat is None:
                 # a run of one process beats too, once its inputs are known good: it tells a later run into the
@@ -277,17 +275,14 @@ def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, 
     grid = plan.grid(scene)
     blocks = grid.split_blocks(parts)[part]
     tiles = plan.tiles(scene)
-    encoding = MapEncoding.from_table(plan.model.classes)
     for t, cols in enumerate(tiles):
-        counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
-        writer = PartWriter(part_path(folder, part, parts, t, len(tiles)), encoding, counter,
-                            confidence=config.confidence)
+        writer = plan.writer.part(part_path(folder, part, parts, t, len(tiles)), scene)
         started = time.time()
         writes = handoff(writer.write, depth=2, name="eoscale-part-writer")  # writing overlaps the forward
         try:
             for block in predict_blocks(plan.model.network, scene, grid, contract=plan.model.contract,
-                                        blocks=blocks, cols=cols, batch_size=config.batch_size,
-                                        ramp=config.ramp, on_batch=advance, readers=plan.readers):
+                                        channels=plan.writer.channels(), activate=plan.writer.activate,
+                                        blocks=blocks, cols=cols, batch_size=config.batch_size, ramp=config.ramp, on_batch=advance, readers=plan.readers):
                 writes.put(block)
             writes.close()
         except BaseException:
@@ -309,13 +304,10 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
     if advance is not None:
         advance(0)  # a step of work (for the heartbeat), no windows
     described = [read_part(path) for path in paths]
-    counter = AreaCounter(len(plan.model.classes), scene.crs, scene.transform)
-    for d in described:
-        counter.merge(d["areas"])
-    outputs = SceneOutputs.for_scene(Path(config.output), scene.id, confidence=config.confidence)
+    outputs = plan.writer.scene_files(Path(config.output), scene.id)
     pieces = [Piece(path, **d["piece"]) for path, d in zip(paths, described, strict=True)]
     try:
-        areas = write_outputs(plan, config, scene, outputs, pieces, counter)
+        areas = write_outputs(plan, config, scene, outputs, pieces, described)
     except BaseException:
         for path in outputs.files():
             partial(path).unlink(missing_ok=True)
@@ -334,16 +326,15 @@ def finalise(plan: Plan, config: PredictConfig, scene: Scene, work: Path, parts:
     os.replace(staged, work / f"{scene.id}.result.json")
 
 
-def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: SceneOutputs, pieces: list[Piece],
-                  counter: AreaCounter) -> dict:
-    """The COG(s), area table and quick-look of a scene from its part files; returns the area table."""
-    table = plan.model.classes
-    encoding = MapEncoding.from_table(table)
+def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs, pieces: list[Piece],
+                  described: list[dict]) -> dict:
+    """A scene's maps from its part files, by the output writer (`eoscale.infer.outputs`), then renamed into place;
+    returns the writer's summary (a class model's: its area table)."""
     georef = Georef(scene.crs, scene.transform, scene.width, scene.height)
     checkpoint = str(Path(config.checkpoint).resolve())
     # the whole chain (checkpoint, training run, store, scenes) travels in the map itself and in its STAC Item
     lineage = {**plan.lineage(config), "scenes": [file_record(p) for p in scene.paths]}
-    tags, band_tags = map_tags(table, encoding, {
+    tags = {
         "EOSCALE_CHECKPOINT": checkpoint,
         "EOSCALE_ADAPTER": config.adapter or "",
         "EOSCALE_WINDOW": str(plan.window),
@@ -352,27 +343,11 @@ def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs: Scen
         "EOSCALE_VERSION": __version__,
         "EOSCALE_CHECKPOINT_SHA256": lineage["checkpoint"]["sha256"],
         "EOSCALE_LINEAGE": json.dumps(lineage, separators=(",", ":")),
-    })
-    write_cog(pieces, ".classes", partial(outputs.landcover), georef, dtype=encoding.dtype,
-              nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
-              band_tags=band_tags, description="land-cover class code")
-    if outputs.confidence is not None:
-        write_cog(pieces, ".confidence", partial(outputs.confidence), georef,
-                  dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",
-                  tags={"EOSCALE_CHECKPOINT": checkpoint}, description="probability of the mapped class, percent")
-    areas = area_table(counter, table, scene=scene.id)
-    write_area_table(areas, partial(outputs.areas_csv), partial(outputs.areas_json))
-    write_quicklook(partial(outputs.landcover), partial(outputs.quicklook), table, encoding, areas,
-                    title=f"{scene.id} — {Path(config.checkpoint).name}")
-    files = {"landcover": outputs.landcover, "confidence": outputs.confidence, "quicklook": outputs.quicklook,
-             "areas_csv": outputs.areas_csv, "areas_json": outputs.areas_json}
-    checksums = {k: file_sha256(partial(files[k])) for k in ("landcover", "confidence") if files[k] is not None}
-    item = map_item(scene.id, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
-                    table=table, dtype=encoding.dtype, nodata=encoding.nodata, files=files, lineage=lineage,
-                    areas=areas, confidence_nodata=CONFIDENCE_NODATA, checksums=checksums)
-    write_json(partial(outputs.item), to_json(item))
-    publish(outputs.files())  # the class map last: its presence marks the scene as done
-    return areas
+    }
+    context = MapContext(georef, lineage, tags, checkpoint, title=f"{scene.id} — {Path(config.checkpoint).name}")
+    summary = plan.writer.finish(scene, pieces, described, outputs, context)
+    publish(outputs.files())  # the done-marker (a class model's class map) last
+    return summary
 
 
 def model_lineage(model: PredictionModel, config: PredictConfig) -> dict:

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from eoscale.infer.areas import top_classes
+from eoscale.infer.outputs import writer_class
 
 
 @contextmanager
@@ -42,15 +42,17 @@ def window_progress(windows: int, km2: float) -> Iterator[Callable[[int], None]]
         yield advance
 
 
-def print_summary(results: list, output: Path, *, console: Console | None = None) -> None:
-    """Per scene: size, time, throughput and the three largest classes; then where the outputs are."""
+def print_summary(results: list, output: Path, *, console: Console | None = None, target: str = "classes") -> None:
+    """Per scene: size, time, throughput and what the output writer of `target` says of its maps (a class model's:
+    the three largest classes); then where the outputs are."""
     console = console or Console()
+    writer = writer_class(target)
     table = Table(title="eoscale predict", show_lines=False)
-    for column in ("scene", "size (px)", "km²", "time", "windows/s", "km²/s", "largest classes"):
-        table.add_column(column, justify="left" if column in ("scene", "largest classes") else "right")
+    for column in ("scene", "size (px)", "km²", "time", "windows/s", "km²/s", writer.summary_column):
+        table.add_column(column, justify="left" if column in ("scene", writer.summary_column) else "right")
     for r in results:
-        top = ", ".join(f"{c['name']} {c['percent']:.1f}% ({c['hectares']:.0f} ha)" for c in top_classes(r.areas))
+        top = writer.describe(r.areas)
         table.add_row(r.id, f"{r.height}×{r.width}", f"{r.km2:.2f}", f"{r.seconds:.1f} s",
                       f"{r.windows / max(r.seconds, 1e-9):.1f}", f"{r.km2 / max(r.seconds, 1e-9):.3f}", top)
     console.print(table)
-    console.print(f"maps, quick-looks and area tables in {output}/ (<scene>_landcover.tif, _quicklook.png, _areas.csv)")
+    console.print(writer.files_note.format(output=output))

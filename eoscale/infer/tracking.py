@@ -53,14 +53,14 @@ def log_prediction(config, result, *, tracking_uri: str | None = None, profile: 
     metrics = {"windows_per_s": windows / max(seconds, 1e-9), "km2_per_s": km2 / max(seconds, 1e-9),
                "seconds": seconds, "km2": km2}
     for r in results:
-        for c in r.areas["classes"]:
+        for c in r.areas.get("classes", []):  # a class model's area table (the output writer's summary)
             key = f"area_ha/{c['name']}"
             metrics[key] = metrics.get(key, 0.0) + c["hectares"]
     logger.log_metrics(metrics, step=0)
     for r in results:
-        logger.log_artifact(r.outputs["quicklook"], "quicklook")
-        logger.log_artifact(r.outputs["areas_csv"], "areas")
-        logger.log_artifact(r.outputs["areas_json"], "areas")
+        for key, folder in (("quicklook", "quicklook"), ("areas_csv", "areas"), ("areas_json", "areas")):
+            if r.outputs.get(key):  # as its output writer names them
+                logger.log_artifact(r.outputs[key], folder)
     for path in profile:
         logger.log_artifact(path, "profile")
     logger.finalize("success")

@@ -23,6 +23,7 @@ from rasterio.windows import Window
 
 from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX, ClassTable
+from eoscale.contract import DEFAULT_TARGET, TARGET_TAG
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.raster.pixel_area import M2_PER_HECTARE, pixel_area_m2, row_areas_m2
 
@@ -69,6 +70,16 @@ class ClassMap:
         return row_areas_m2(self.crs, self.transform, rows)
 
 
+def check_class_map(path: str | Path, tags: dict) -> None:
+    """Refuse, in one line, a map of another target kind than classes (its `EOSCALE_TARGET` tag, written by the
+    output writer of `eoscale.infer.outputs`; a map without the tag holds classes): sampling, accuracy and
+    mosaics work on class maps."""
+    target = tags.get(TARGET_TAG) or DEFAULT_TARGET
+    if target != "classes":
+        raise InputError(f"map {str(path)!r} holds {target!r}, not classes: eoscale sample, assess and mosaic work on "
+                         "class maps")
+
+
 def open_map(path: str | Path, *, classes: str | Path | None = None) -> ClassMap:
     """Read a map's class table, nodata and grid. `classes` (a class table file) replaces the map's own tag."""
     path = Path(path)
@@ -84,6 +95,7 @@ def open_map(path: str | Path, *, classes: str | Path | None = None) -> ClassMap
         if src.crs is None:
             raise InputError(f"map {str(path)!r} has no CRS: sampling and areas need a georeferenced map")
         tags = src.tags()
+        check_class_map(path, tags)
         if classes is not None:
             table = ClassTable.load(classes)
         elif "EOSCALE_CLASSES" in tags:

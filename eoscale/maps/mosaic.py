@@ -51,6 +51,7 @@ from rasterio.windows import transform as window_transform
 
 from eoscale.classes import ClassTable
 from eoscale.errors import InputError, InputNotFoundError, OutputExistsError
+from eoscale.maps.classmap import check_class_map
 from eoscale.maps.equal_area import AreaCounter, ground_m2, write_area_table
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,7 @@ def read_map(path: str | Path) -> MapInput:
     try:
         with rasterio.open(path) as src:
             tags, classes = src.tags(), src.tags().get("EOSCALE_CLASSES")
+            check_class_map(path, tags)
             if classes is None:
                 raise InputError(f"{str(path)!r} is not an eoscale map (no EOSCALE_CLASSES tag): give maps written "
                                  "by 'eoscale predict' or 'eoscale mosaic'")

@@ -33,11 +33,13 @@ import torch
 from torch import nn
 
 from eoscale.contract import BandContract
+from eoscale.errors import InputError
 
 CONTRACT_PARAMETER = "eoscale_contract"
 MODEL_PARAMETER = "eoscale_model"
 SERVED_PARAMETER = "eoscale_served"
 OUTPUTS = ("probabilities", "probabilities_fp32", "class", "confidence")
+SERVED_TARGETS = ("classes",)  # the target kinds (`eoscale.contract.TARGET_KINDS`) whose tensors are the above
 
 
 @dataclass
@@ -50,6 +52,9 @@ class ServedModel:
     about: dict  # checkpoint, adapter, backbone, lineage: the `eoscale_model` parameter
 
     def __post_init__(self) -> None:
+        if self.contract.target not in SERVED_TARGETS:
+            raise InputError(f"model {self.name!r} maps {self.contract.target!r}: eoscale serve answers "
+                             f"{', '.join(SERVED_TARGETS)} models only")
         self.mean, self.scale = self.contract.normalisation()
         self.codes = np.array([int(c["code"]) for c in self.contract.classes], dtype=np.uint16)
         self.device = next(self.network.parameters()).device
@@ -83,7 +88,8 @@ class ServedModel:
         return out
 
     def probabilities(self, x: np.ndarray) -> torch.Tensor:
-        """Softmax of the network on normalised windows, float32 on the CPU."""
+        """The network's output on normalised windows as its target kind makes maps of it (`BandContract.activate`:
+        the softmax for classes), float32 on the CPU."""
         batch = torch.from_numpy(x)
         if len(batch) == 1:
             batch = torch.cat([batch, batch])  # as `eoscale predict` does: a batch of one takes other CPU kernels
@@ -93,7 +99,7 @@ class ServedModel:
         with torch.inference_mode(), autocast:
             logits = self.network(batch)
         with torch.inference_mode():
-            return logits.float().softmax(dim=1)[: len(x)].cpu()
+            return self.contract.activate(logits)[: len(x)].cpu()
 
     def __call__(self, requests: list[Any]) -> list[dict[str, np.ndarray]]:
         """Answer the requests Triton batched: one forward pass over all their windows, then each its outputs."""

@@ -105,6 +105,21 @@ def test_map_item_round_trips_with_its_extensions(tmp_path: Path):
     assert {e.split("/")[3] for e in data["stac_extensions"]} == {"projection", "raster", "classification", "file"}
 
 
+def test_a_map_item_of_another_target_kind_describes_its_own_assets(tmp_path: Path):
+    """An output writer of another target kind (`eoscale.infer.outputs`) names its assets and what they are."""
+    from pystac.extensions.raster import DataType
+
+    assets = {"values": stac.AssetInfo("canopy height, m", pystac.MediaType.COG, ["data"],
+                                       raster={"nodata": -9999.0, "data_type": DataType.FLOAT32, "unit": "m"})}
+    item = stac.map_item("s", crs=UTM, transform=GRID, width=347, height=301, files={"values": tmp_path / "s_h.tif"},
+                         lineage={}, assets=assets, product="height", title="canopy height of s")
+    data = item.to_dict(include_self_link=False, transform_hrefs=False)
+    assert data["id"] == "s_height" and data["properties"]["title"] == "canopy height of s"
+    (band,) = RasterExtension.ext(item.assets["values"]).bands
+    assert band.nodata == -9999.0 and band.data_type == "float32" and band.unit == "m"
+    assert {e.split("/")[3] for e in data["stac_extensions"]} == {"projection", "raster"}  # no classes
+
+
 def test_update_properties_is_atomic_and_keeps_the_rest(tmp_path: Path):
     path = tmp_path / "i.json"
     stac.write_json(path, {"type": "Feature", "properties": {"a": 1}})

@@ -1,4 +1,4 @@
-"""What `eoscale predict` writes for a scene, and how: part files, the Cloud-Optimized GeoTIFFs, the quick-look.
+"""The "classes" output writer: what `eoscale predict` writes for a scene of a class model, and how.
 
 Per scene, in the output folder:
 
@@ -10,33 +10,32 @@ Per scene, in the output folder:
     <scene>_item.json        the map's STAC Item: footprint, grid, classes, assets and lineage (`eoscale.catalog.stac`)
 
 Codes rather than indices, so the map reads like the product it was trained on; the class table (code,
-name, colour) is in the COG's tags. Each process appends the rows it finishes to its *part* files (raw
-rows of one column tile, written in order); the process that finalises the scene copies every part into its
-place in a tiled GeoTIFF and turns that into the COG with GDAL's COG driver. Everything is written under a
-hidden `.partial` name and renamed at the end, the class map last: an interrupted run leaves nothing that looks finished.
+name, colour) is in the COG's tags. Parts hold the class codes (`.classes`) and confidences (`.confidence`) of
+each block's most probable class, and the class areas counted so far (`eoscale.infer.outputs.rasters` turns
+parts into COGs); the class map is renamed into place last.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import rasterio
 import torch
-from affine import Affine
-from rasterio.crs import CRS
 from rasterio.enums import Resampling
 
+from eoscale.catalog.digest import file_sha256
+from eoscale.catalog.stac import map_item, to_json, write_json
 from eoscale.classes import ClassTable
+from eoscale.contract import BandContract
 from eoscale.errors import InputError, OutputExistsError
-from eoscale.infer.areas import AreaCounter
-from eoscale.infer.predict import Block
+from eoscale.infer.areas import AreaCounter, area_table, top_classes, write_area_table
+from eoscale.infer.outputs.base import MapContext, OutputWriter, register_writer
+from eoscale.infer.outputs.rasters import PartFiles, Piece, partial, write_cog
 
-BLOCKSIZE = 256  # COG tiles; also the strips in which parts are copied into the intermediate GeoTIFF
 CONFIDENCE_NODATA = 255
 QUICKLOOK_PIXELS = 1000  # longest side of the quick-look's map, in pixels
 
@@ -74,17 +73,6 @@ class SceneOutputs:
         finish are replaced."""
         if self.landcover.exists() and not overwrite:
             raise OutputExistsError(f"{str(self.landcover)!r} exists: pass --overwrite to replace it")
-
-
-def partial(path: Path) -> Path:
-    """The hidden name a file is written under before it is renamed into place."""
-    return path.with_name(f".{path.name}.partial")
-
-
-def publish(paths: list[Path]) -> None:
-    """Rename the `.partial` files of `paths` into place, in the order given."""
-    for path in paths:
-        os.replace(partial(path), path)
 
 
 @dataclass(frozen=True)
@@ -129,21 +117,16 @@ class PartWriter:
         self.path = path
         self.encoding = encoding
         self.counter = counter
-        self.rows = 0
-        self.first_row: int | None = None
-        self.col = 0
-        self.columns = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._classes = open(self._tmp(".classes"), "wb")
-        self._confidence = open(self._tmp(".confidence"), "wb") if confidence else None
+        self.confidence = confidence
+        self._files = PartFiles(path, [".classes", ".confidence"] if confidence else [".classes"])
 
-    def _tmp(self, suffix: str) -> Path:
-        return self.path.with_suffix(suffix + ".tmp")
+    @property
+    def rows(self) -> int:
+        return self._files.rows
 
-    def write(self, block: Block) -> None:
-        """Turn a block's probabilities into stored values and append them."""
-        if self.first_row is None:
-            self.first_row, self.col, self.columns = block.row, block.col, int(block.probs.shape[2])
+    def write(self, block: Any) -> None:
+        """Turn a block's probabilities (an `eoscale.infer.predict.Block`) into stored values and append them."""
+        self._files.start(block.row, block.col, int(block.probs.shape[2]))
         if block.probs.shape[1] == 0:
             return
         if block.probs.is_cuda:
@@ -155,29 +138,20 @@ class PartWriter:
         valid = block.valid
         values = self.encoding.values[index]
         values[~valid] = self.encoding.nodata
-        self._classes.write(np.ascontiguousarray(values).tobytes())
-        if self._confidence is not None:
+        rows = {".classes": values}
+        if self.confidence:
             percent = np.clip(np.round(confidence * np.float32(100)), 0, 100).astype(np.uint8)
             percent[~valid] = CONFIDENCE_NODATA
-            self._confidence.write(percent.tobytes())
+            rows[".confidence"] = percent
+        self._files.append(rows)
         self.counter.add(block.row, index, valid)
-        self.rows += index.shape[0]
 
     def close(self, **meta: object) -> None:
         """Finish the part: files renamed into place, then its description (the part's completion mark)."""
-        for f, suffix in ((self._classes, ".classes"), (self._confidence, ".confidence")):
-            if f is not None:
-                f.close()
-                os.replace(self._tmp(suffix), self.path.with_suffix(suffix))
-        piece = {"row": self.first_row or 0, "col": self.col, "rows": self.rows, "columns": self.columns}
-        description = {"piece": piece, "areas": self.counter.state(), **meta}
-        self._tmp(".json").write_text(json.dumps(description))
-        os.replace(self._tmp(".json"), self.path.with_suffix(".json"))
+        self._files.close({"areas": self.counter.state()}, **meta)
 
     def abort(self) -> None:
-        for f in (self._classes, self._confidence):
-            if f is not None:
-                f.close()
+        self._files.abort()
 
 
 def most_probable(probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -192,85 +166,6 @@ def most_probable_on_device(probs: torch.Tensor) -> tuple[np.ndarray, np.ndarray
     class); `torch.max` also takes the first of equal probabilities."""
     confidence, index = torch.max(probs, dim=0)
     return index.cpu().numpy(), confidence.cpu().numpy()
-
-
-def part_path(folder: Path, part: int, parts: int, tile: int = 0, tiles: int = 1) -> Path:
-    """Where process part `part` of `parts` writes column tile `tile` of `tiles` (suffixes added)."""
-    return Path(folder) / f"part-{part:04d}-of-{parts:04d}-cols-{tile:03d}-of-{tiles:03d}"
-
-
-def read_part(path: Path) -> dict | None:
-    """A finished part's description, or None while it is not finished."""
-    path = Path(path).with_suffix(".json")
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A part file's place in the map: `rows` × `columns` pixels from scene row `row`, column `col`."""
-
-    path: Path  # without suffix
-    row: int
-    col: int
-    rows: int
-    columns: int
-
-
-def _rows(path: Path, width: int, dtype: str, rows: int) -> Iterator[np.ndarray]:
-    """A part file's rows, `rows` at a time (the last chunk shorter)."""
-    with open(path, "rb") as f:
-        while chunk := f.read(rows * width * np.dtype(dtype).itemsize):
-            yield np.frombuffer(chunk, dtype=dtype).reshape(-1, width)
-
-
-# -- rasters --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Georef:
-    crs: CRS
-    transform: Affine
-    width: int
-    height: int
-
-
-def write_cog(pieces: list[Piece], suffix: str, dst: Path, georef: Georef, *, dtype: str, nodata: int,
-              overview: str, colormap: dict | None = None, tags: dict | None = None, band_tags: dict | None = None,
-              description: str = "") -> None:
-    """Copy the pieces' files (`piece.path` + `suffix`) into their places in a tiled GeoTIFF next to `dst`, then
-    write `dst` as a COG (deflate, internal tiles, `overview`-resampled overviews) from it. Memory stays at
-    `BLOCKSIZE` rows of one piece.
-
-    The COG is written by GDAL's own COG driver, which compresses each tile once; rio-cogeo's `cog_translate`
-    writes a compressed temporary file and recompresses it, which takes longer for a file of the same size (both
-    are valid for `rio cogeo validate`). The COG's cost is part of the whole command in benchmarks/predict.json.
-    """
-    import rasterio.shutil
-
-    staging = dst.with_name(dst.name + ".tiled.tif")
-    profile = dict(driver="GTiff", width=georef.width, height=georef.height, count=1, dtype=dtype, nodata=nodata,
-                   crs=georef.crs, transform=georef.transform, tiled=True, blockxsize=BLOCKSIZE,
-                   blockysize=BLOCKSIZE, BIGTIFF="IF_SAFER")  # uncompressed: read once, right away, by the COG driver
-    try:
-        with rasterio.open(staging, "w", **profile) as out:
-            pixels = 0
-            for piece in pieces:
-                row = piece.row
-                for strip in _rows(piece.path.with_suffix(suffix), piece.columns, dtype, BLOCKSIZE):
-                    out.write(strip, 1, window=rasterio.windows.Window(piece.col, row, piece.columns, strip.shape[0]))
-                    row += strip.shape[0]
-                pixels += (row - piece.row) * piece.columns
-            if pixels != georef.height * georef.width:
-                raise RuntimeError(f"parts hold {pixels} pixels of a {georef.height}×{georef.width} map")
-            if colormap:
-                out.write_colormap(1, colormap)
-            out.update_tags(**(tags or {}), OVERVIEW_RESAMPLING=overview.upper())  # as rio-cogeo tags it
-            out.update_tags(1, **(band_tags or {}))
-            out.set_band_description(1, description)
-        # the colour table, nodata, tags and band description travel with the copy
-        with rasterio.Env(GDAL_NUM_THREADS="ALL_CPUS"):
-            rasterio.shutil.copy(staging, dst, driver="COG", COMPRESS="DEFLATE", BLOCKSIZE=BLOCKSIZE,
-                                 OVERVIEW_RESAMPLING=overview.upper(), NUM_THREADS="ALL_CPUS", BIGTIFF="IF_SAFER")
-    finally:
-        staging.unlink(missing_ok=True)
 
 
 def write_quicklook(landcover: Path, png: Path, table: ClassTable, encoding: MapEncoding, areas: dict,
@@ -302,3 +197,62 @@ def write_quicklook(landcover: Path, png: Path, table: ClassTable, encoding: Map
     figure.legend(handles=handles, loc="center left", bbox_to_anchor=(0.66, 0.5), fontsize=8, frameon=False,
                   title=f"{areas['valid_hectares']:.0f} ha mapped", title_fontsize=9)
     figure.savefig(png, format="png")
+
+
+# -- the writer -----------------------------------------------------------------------------------------------
+class ClassWriter(OutputWriter):
+    """Class maps: the class COG (codes, colours, class names), the confidence COG (--confidence), the class
+    areas, the quick-look with its legend and the STAC Item (classification extension)."""
+
+    kind = "classes"
+    summary_column = "largest classes"
+    files_note = "maps, quick-looks and area tables in {output}/ (<scene>_landcover.tif, _quicklook.png, _areas.csv)"
+
+    def __init__(self, contract: BandContract, *, confidence: bool = False) -> None:
+        super().__init__(contract, confidence=confidence)
+        self.table = ClassTable.from_records(list(contract.classes))
+        self.encoding = MapEncoding.from_table(self.table)
+
+    def scene_files(self, folder: Path, scene_id: str) -> SceneOutputs:
+        return SceneOutputs.for_scene(folder, scene_id, confidence=self.confidence)
+
+    def part(self, path: Path, scene: Any) -> PartWriter:
+        counter = AreaCounter(len(self.table), scene.crs, scene.transform)
+        return PartWriter(path, self.encoding, counter, confidence=self.confidence)
+
+    def finish(self, scene: Any, pieces: list[Piece], described: list[dict], files: SceneOutputs,
+               context: MapContext) -> dict:
+        """The COG(s), area table, quick-look and STAC Item of a scene from its part files; returns the area table."""
+        table, encoding, georef = self.table, self.encoding, context.georef
+        counter = AreaCounter(len(table), scene.crs, scene.transform)
+        for d in described:
+            counter.merge(d["areas"])
+        tags, band_tags = map_tags(table, encoding, context.tags)
+        write_cog(pieces, ".classes", partial(files.landcover), georef, dtype=encoding.dtype,
+                  nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
+                  band_tags=band_tags, description="land-cover class code")
+        if files.confidence is not None:
+            write_cog(pieces, ".confidence", partial(files.confidence), georef,
+                      dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",
+                      tags={"EOSCALE_CHECKPOINT": context.checkpoint},
+                      description="probability of the mapped class, percent")
+        areas = area_table(counter, table, scene=scene.id)
+        write_area_table(areas, partial(files.areas_csv), partial(files.areas_json))
+        write_quicklook(partial(files.landcover), partial(files.quicklook), table, encoding, areas,
+                        title=context.title)
+        assets = {"landcover": files.landcover, "confidence": files.confidence, "quicklook": files.quicklook,
+                  "areas_csv": files.areas_csv, "areas_json": files.areas_json}
+        checksums = {k: file_sha256(partial(assets[k])) for k in ("landcover", "confidence") if assets[k] is not None}
+        item = map_item(scene.id, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
+                        table=table, dtype=encoding.dtype, nodata=encoding.nodata, files=assets,
+                        lineage=context.lineage, areas=areas, confidence_nodata=CONFIDENCE_NODATA,
+                        checksums=checksums)
+        write_json(partial(files.item), to_json(item))
+        return areas
+
+    @classmethod
+    def describe(cls, summary: dict) -> str:
+        return ", ".join(f"{c['name']} {c['percent']:.1f}% ({c['hectares']:.0f} ha)" for c in top_classes(summary))
+
+
+register_writer(ClassWriter.kind, ClassWriter)
