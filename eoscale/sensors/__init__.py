@@ -5,7 +5,7 @@ One module a sensor, each registering one `SensorSpec` (`eoscale.sensors.registr
 sensor for RGB/RGBN imagery (aerial mosaics) whose bands are named by the user or by GDAL's colour interpretation.
 A spec holds the band table per platform (central wavelength, bandwidth, native ground sampling), the file-name band
 patterns, the STAC asset keys, the mask rule and the reflectance scale. A new sensor is one more module here,
-imported below.
+registered below.
 
 A name alone is ambiguous: Landsat's `SR_B5` (NIR, 865 nm) is not Sentinel-2's `B05` (red edge, 704 nm). Stores record
 their sensor (`eoscale.schema.ATTR_SENSOR`), checkpoints carry it in their band contract (`eoscale.contract`), and a
@@ -19,7 +19,7 @@ say, so that an old model trained on such names still maps scenes named the same
 
 from __future__ import annotations
 
-# the registry first, then the sensors in the order they are listed and asked (Sentinel-2 is the default)
+from eoscale.sensors import generic, landsat, sentinel2
 from eoscale.sensors.registry import (
     DEFAULT_SENSOR,
     GENERIC,
@@ -41,10 +41,12 @@ from eoscale.sensors.registry import (
     sensor_of_platform,
     unregister_sensor,
 )
-from eoscale.sensors import sentinel2  # noqa: E402  (registers Sentinel-2)
-from eoscale.sensors import landsat  # noqa: E402  (registers Landsat 8/9 OLI)
-from eoscale.sensors import generic  # noqa: E402  (registers the generic camera)
 from eoscale.sensors.sentinel2 import is_scl_file
+
+# the built-in sensors, registered in the order they are listed and asked: Sentinel-2 (the default) first, the
+# catch-all generic camera last; a new sensor module is imported above and its SPEC added here
+for _spec in (sentinel2.SPEC, landsat.SPEC, generic.SPEC):
+    register_sensor(_spec)
 
 __all__ = [
     "DEFAULT_SENSOR", "GENERIC", "LANDSAT_OLI", "SENSORS", "SENTINEL2", "Linear", "MaskRule", "Sensor", "SensorSpec",

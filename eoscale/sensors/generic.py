@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 
 from eoscale.bands import Band
-from eoscale.sensors.registry import GENERIC, SensorSpec, register_sensor
+from eoscale.sensors.registry import GENERIC, SensorSpec
 
 _GENERIC = (Band("BLUE", None, None, 0.0, "blue"), Band("GREEN", None, None, 0.0, "green"),
             Band("RED", None, None, 0.0, "red"), Band("NIR", None, None, 0.0, "near infrared"))
 ASSETS = {"blue": "BLUE", "green": "GREEN", "red": "RED", "nir": "NIR"}
 
-SPEC = register_sensor(SensorSpec(
+SPEC = SensorSpec(
     name=GENERIC,
     title="generic RGB/RGBN camera",
     platforms=((GENERIC, _GENERIC),),
@@ -24,4 +24,4 @@ SPEC = register_sensor(SensorSpec(
     assets=ASSETS,
     assets_by_common_name=True,
     catch_all=True,
-))
+)

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from eoscale.bands import Band
-from eoscale.sensors.registry import LANDSAT_OLI, Linear, MaskRule, SensorSpec, register_sensor
+from eoscale.sensors.registry import LANDSAT_OLI, Linear, MaskRule, SensorSpec
 
 # Landsat 8 OLI and Landsat 9 OLI-2 (USGS Landsat 8/9 data users handbooks; band centres agree within 1 nm), 30 m
 _OLI = tuple(Band(*v) for v in (
@@ -33,7 +33,7 @@ def c2_linear(properties: Mapping) -> Linear:
     return C2_MULT, C2_ADD, "Collection 2 Level-2 constants"
 
 
-SPEC = register_sensor(SensorSpec(
+SPEC = SensorSpec(
     name=LANDSAT_OLI,
     title="Landsat 8/9 OLI",
     platforms=(("landsat-8", _OLI), ("landsat-9", _OLI)),
@@ -50,4 +50,4 @@ SPEC = register_sensor(SensorSpec(
                   missing="QA_PIXEL file (…_QA_PIXEL.TIF): eoscale masks fill, clouds, shadows and snow with it; copy "
                           "it from the product beside the SR bands"),
     default_linear=c2_linear,
-))
+)

@@ -5,7 +5,8 @@ native ground sampling), the bands taken by default, how its file names name ban
 band), its STAC asset keys, the layer that masks its pixels (Sentinel-2's SCL classes, Landsat's QA_PIXEL bits) and
 the map from its digital numbers to reflectance where a product does not state it. The look-ups below
 (`band_in_file_name`, `sensor_of_bands`, `sensor_of_platform`, …) ask the registered specs, so a new sensor is one
-module that registers its spec (see `eoscale.sensors.sentinel2`).
+module defining its spec (see `eoscale.sensors.sentinel2`), registered in `eoscale/sensors/__init__.py` (or by
+`register_sensor` from anywhere, as tests register a stub).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from eoscale.bands import SENTINEL2_L2A, Band
-from eoscale.sensors.registry import SENTINEL2, Linear, MaskRule, SensorSpec, register_sensor
+from eoscale.sensors.registry import SENTINEL2, Linear, MaskRule, SensorSpec
 
 
 def _msi(values: tuple[tuple[str, float, float, float, str], ...]) -> tuple[Band, ...]:
@@ -70,7 +70,7 @@ def is_scl_file(stem: str) -> bool:
     return bool(SCL_FILE.search(stem))
 
 
-SPEC = register_sensor(SensorSpec(
+SPEC = SensorSpec(
     name=SENTINEL2,
     title="Sentinel-2 MSI",
     platforms=(("sentinel-2a", _S2A), ("sentinel-2b", _S2B), ("sentinel-2c", _S2C)),
@@ -92,4 +92,4 @@ SPEC = register_sensor(SensorSpec(
     default_linear=baseline_linear,
     linear_property="s2:processing_baseline",
     band_folder_needs_item=True,
-))
+)

@@ -16,7 +16,7 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from eoscale.errors import InputError
-from eoscale.raster.formats.registry import ProductFormat, register_format
+from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.scene import (
     IMAGE_SUFFIXES,
     RASTER_SUFFIXES,
@@ -155,4 +155,4 @@ def open_band_folder(path: str, *, band_names: list[str] | None = None, bands: l
     return folder_scene(folder, class_mask=ClassMask(rule.layer, found[0], classes, bits=rule.bits), used=[found[0]])
 
 
-FORMAT = register_format(ProductFormat("band folder", os.path.isdir, open_band_folder))
+FORMAT = ProductFormat("band folder", os.path.isdir, open_band_folder)

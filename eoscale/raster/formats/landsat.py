@@ -21,7 +21,7 @@ from pathlib import Path
 from eoscale.bands import REFLECTANCE_SCALE
 from eoscale.errors import InputError
 from eoscale.raster.formats.band_folder import folder_scene, open_band_folder, read_band_folder
-from eoscale.raster.formats.registry import ProductFormat, register_format
+from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.scene import RASTER_SUFFIXES, BandFile, ClassMask, Scene, parse_date
 from eoscale.sensors import LANDSAT_OLI
 from eoscale.sensors.landsat import C2_ADD, C2_MULT, QA_NODATA_BITS
@@ -115,6 +115,4 @@ def open_landsat(path: str, *, band_names: list[str] | None = None, bands: list[
     return folder_scene(folder, radiometry=radiometry, class_mask=mask, used=used, date=acquired(path))
 
 
-# asked before the band folder, whose reading it shares (and so imports, registering it first)
-FORMAT = register_format(ProductFormat("Landsat Collection 2 Level-2 folder", is_landsat_folder, open_landsat),
-                         before="band folder")
+FORMAT = ProductFormat("Landsat Collection 2 Level-2 folder", is_landsat_folder, open_landsat)

@@ -11,7 +11,7 @@ from rasterio.enums import ColorInterp
 
 from eoscale.bands import normalise_band_name
 from eoscale.errors import InputError
-from eoscale.raster.formats.registry import ProductFormat, register_format
+from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.scene import BandFile, Scene, check_crs, check_dtype, nodata_of, open_raster, tiff_date
 from eoscale.sensors import sensor_of_bands
 
@@ -59,4 +59,4 @@ def open_multiband(path: str, *, band_names: list[str] | None = None, bands: lis
         )
 
 
-FORMAT = register_format(ProductFormat("multiband file", lambda path: True, open_multiband))
+FORMAT = ProductFormat("multiband file", lambda path: True, open_multiband)

@@ -23,8 +23,17 @@ from pathlib import Path
 
 from eoscale.bands import REFLECTANCE_SCALE, normalise_band_name
 from eoscale.errors import InputError
-from eoscale.raster.formats.registry import ProductFormat, register_format
-from eoscale.raster.scene import BandFile, ClassMask, Scene, check_crs, check_dtype, nodata_of, open_raster, parse_date
+from eoscale.raster.formats.registry import ProductFormat
+from eoscale.raster.scene import (
+    BandFile,
+    ClassMask,
+    Scene,
+    check_crs,
+    check_dtype,
+    nodata_of,
+    open_raster,
+    parse_date,
+)
 from eoscale.sensors import SENSORS, SENTINEL2, band_in_file_name
 from eoscale.sensors.sentinel2 import OFFSET_BASELINE, SCL_NODATA_CLASSES
 
@@ -177,4 +186,4 @@ def open_product(path: str, *, band_names: list[str] | None = None, bands: list[
     return open_safe(path, bands=[normalise_band_name(b) for b in bands] if bands else None, scl_classes=scl_classes)
 
 
-FORMAT = register_format(ProductFormat("Sentinel-2 L2A SAFE", is_safe, open_product, products_in=products_in))
+FORMAT = ProductFormat("Sentinel-2 L2A SAFE", is_safe, open_product, products_in=products_in)

@@ -37,7 +37,7 @@ import pystac
 
 from eoscale.bands import REFLECTANCE_SCALE, normalise_band_name
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.raster.formats.registry import ProductFormat, register_format
+from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.scene import (
     RASTER_SUFFIXES,
     BandFile,
@@ -330,4 +330,4 @@ def open_item_file(path: str, *, band_names: list[str] | None = None, bands: lis
     return open_item(_read(path)[0], bands=bands, scl_classes=scl_classes)
 
 
-FORMAT = register_format(ProductFormat("STAC Item", is_item_file, open_item_file))
+FORMAT = ProductFormat("STAC Item", is_item_file, open_item_file)
