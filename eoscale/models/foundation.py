@@ -40,8 +40,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from eoscale.bands import SENTINEL2_L2A, normalise_band_name
+from eoscale.bands import normalise_band_name
 from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
+from eoscale.sensors import SENTINEL2, get_sensor
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +50,9 @@ PATCH_KEY = "patch_embed.proj.weight"
 META_KEY = "eoscale"  # safetensors metadata entry of an eoscale backbone export (JSON)
 EXPORT_FORMAT = "eoscale-backbone/1"
 
-# Sentinel-2 bands the L2A set leaves out, for presets of L1C models (central wavelengths, nm, S2A).
-_EXTRA_WAVELENGTHS = {"B01": 442.7, "B09": 945.1, "B10": 1373.5}
-WAVELENGTHS: dict[str, float] = {b.name: b.wavelength_nm for b in SENTINEL2_L2A} | _EXTRA_WAVELENGTHS
+# Central wavelengths (nm) of the presets' bands, from their sensor's spec (`eoscale.sensors`): every preset names
+# Sentinel-2 bands (HLS's are named as Sentinel-2's; SSL4EO-S12 takes all 13 L1C bands), on the reference table (S2A).
+WAVELENGTHS: dict[str, float] = get_sensor(SENTINEL2).wavelength_table()
 
 @dataclass(frozen=True)
 class Preset:

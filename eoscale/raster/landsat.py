@@ -1,75 +1,12 @@
-"""Landsat 8/9 Collection 2 Level-2 scene folders: surface reflectance on eoscale's scale, QA_PIXEL as the mask.
+"""Landsat 8/9 Collection 2 Level-2 folders: moved to `eoscale.raster.formats.landsat` (this module keeps the old import
+path)."""
 
-A C2 L2 folder (as USGS ships it) holds `…_SR_B1.TIF`…`…_SR_B7.TIF` (uint16 digital numbers, 0 = fill),
-`…_QA_PIXEL.TIF` and `…_MTL.txt` (and `…_MTL.xml`, read when the text form is absent). Reflectance = DN × REFLECTANCE_MULT_BAND_n + REFLECTANCE_ADD_BAND_n, read from the
-MTL's LEVEL2_SURFACE_REFLECTANCE_PARAMETERS group (2.75e-5 and -0.2 for every C2 L2 product, which is what a folder
-without an MTL gets: only Collection 2 names its files SR_Bn); eoscale's scale is reflectance × 10,000, so Landsat
-and Sentinel-2 stores hold the same physical quantity. QA_PIXEL's bits 0-5 (fill, dilated cloud, cirrus, cloud,
-cloud shadow, snow) make a pixel nodata.
-"""
-
-from __future__ import annotations
-
-import re
-import xml.etree.ElementTree as ET
-from dataclasses import replace
-from pathlib import Path
-
-from eoscale.bands import REFLECTANCE_SCALE
-from eoscale.errors import InputError
-from eoscale.raster.sources import BandFile, ClassMask
-
-C2_MULT, C2_ADD = 2.75e-5, -0.2  # USGS Landsat Collection 2 Level-2 surface reflectance scale factors
-QA_NODATA_BITS = 0b111111  # QA_PIXEL bits 0-5: fill, dilated cloud, cirrus, cloud, cloud shadow, snow
-_GROUP = re.compile(r"GROUP = LEVEL2_SURFACE_REFLECTANCE_PARAMETERS(.*?)END_GROUP = LEVEL2_SURFACE_REFLECTANCE_PARAMETERS",
-                    re.DOTALL)
-_FACTOR = re.compile(r"REFLECTANCE_(MULT|ADD)_BAND_(\d+)\s*=\s*\"?([-+0-9.Ee]+)")
-
-
-def _factors(mtl: Path) -> dict[tuple[str, int], float]:
-    if mtl.suffix.lower() == ".xml":
-        return _xml_factors(mtl)
-    group = _GROUP.search(mtl.read_text(errors="replace"))
-    if not group:
-        raise InputError(f"{str(mtl)!r} has no LEVEL2_SURFACE_REFLECTANCE_PARAMETERS group: it is not a Collection 2 "
-                         f"Level-2 MTL; download the scene again")
-    return {(kind, int(band)): float(value) for kind, band, value in _FACTOR.findall(group.group(1))}
-
-
-def _xml_factors(mtl: Path) -> dict[tuple[str, int], float]:
-    """The factors of an MTL's XML form (`<LEVEL2_SURFACE_REFLECTANCE_PARAMETERS><REFLECTANCE_MULT_BAND_1>…`)."""
-    try:
-        group = ET.parse(mtl).getroot().find("LEVEL2_SURFACE_REFLECTANCE_PARAMETERS")
-    except ET.ParseError as err:
-        raise InputError(f"{str(mtl)!r} is not readable XML ({err}): download the scene again") from None
-    if group is None:
-        raise InputError(f"{str(mtl)!r} has no LEVEL2_SURFACE_REFLECTANCE_PARAMETERS group: it is not a Collection 2 "
-                         f"Level-2 MTL; download the scene again")
-    return {(kind, int(band)): float(value) for kind, band, value in _FACTOR.findall(
-        "\n".join(f"{e.tag} = {e.text}" for e in group))}
-
-
-def calibrate(folder: str, bands: list[BandFile], skipped: list[str]) -> tuple[list[BandFile], dict, ClassMask, list[str]]:
-    """The folder's bands mapped onto the store's scale, what was done, the QA_PIXEL mask, and the files used
-    (QA_PIXEL, the MTL) that are no longer skipped."""
-    qa = [p for p in skipped if Path(p).stem.upper().endswith("_QA_PIXEL")]
-    if not qa:
-        raise InputError(f"Landsat scene folder {folder!r} has no QA_PIXEL file (…_QA_PIXEL.TIF): eoscale masks fill, "
-                         f"clouds, shadows and snow with it; copy it from the product beside the SR bands")
-    mtl = sorted(Path(folder).glob("*_MTL.txt")) or sorted(Path(folder).glob("*_MTL.xml"))  # the ODL text, else XML
-    factors = _factors(mtl[0]) if mtl else {}
-    calibrated, record = [], {}
-    for band in bands:
-        n = int(band.name.removeprefix("SR_B"))
-        mult, add = factors.get(("MULT", n), C2_MULT), factors.get(("ADD", n), C2_ADD)
-        calibrated.append(replace(band, scale=mult * REFLECTANCE_SCALE, offset=add * REFLECTANCE_SCALE))
-        record[band.name] = {"mult": mult, "add": add}
-    radiometry = {
-        "product": "Landsat Collection 2 Level-2",
-        "source": str(mtl[0]) if mtl else "Collection 2 Level-2 constants (no MTL file)",
-        "reflectance_factors": record,
-        "applied": f"store = (DN × REFLECTANCE_MULT + REFLECTANCE_ADD) × {REFLECTANCE_SCALE}, at least 1; DN 0 stays "
-                   f"nodata",
-    }
-    mask = ClassMask("QA_PIXEL", qa[0], (), bits=QA_NODATA_BITS)
-    return calibrated, radiometry, mask, [qa[0], *(str(m) for m in mtl[:1])]
+from eoscale.raster.formats.landsat import (  # noqa: F401
+    C2_ADD,
+    C2_MULT,
+    QA_NODATA_BITS,
+    acquired,
+    calibrate,
+    is_landsat_folder,
+    open_landsat,
+)

@@ -29,7 +29,7 @@ from rasterio.vrt import WarpedVRT
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
-from eoscale.raster.sources import Scene, nodata_of
+from eoscale.raster.scene import Scene, nodata_of
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,112 @@
+"""Product formats, registered in order (`eoscale.raster.formats`): each detects its products and opens them; scenes
+carry the date their product's metadata states (never a file time); a stub format registered here is detected and
+opened through the dispatcher; the old module paths keep their names."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+
+import pytest
+import rasterio
+from rasterio.transform import from_origin
+
+from eoscale.raster import formats
+from eoscale.raster.formats import FORMATS, ProductFormat, detect_format, register_format, unregister_format
+from eoscale.raster.sources import Scene, open_scene, open_scenes, scene_paths
+from eoscale.synth import synthesize
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("layouts")
+    return {layout: synthesize(root / layout, scenes=2, size=72, seed=3, layout=layout)
+            for layout in ("safe", "landsat", "cog", "multiband")}
+
+
+def test_formats_are_registered_in_the_order_they_are_asked():
+    assert [f.name for f in FORMATS] == ["Sentinel-2 L2A SAFE", "STAC Item", "Landsat Collection 2 Level-2 folder",
+                                         "band folder", "multiband file"]
+
+
+def test_each_layout_is_detected_by_its_format(layouts):
+    safe = scene_paths([str(layouts["safe"].out_dir / "scenes")])
+    assert len(safe) == 2 and all(detect_format(p) is formats.safe.FORMAT for p in safe)
+    assert all(detect_format(str(p)) is formats.landsat.FORMAT for p in layouts["landsat"].scene_paths)
+    assert all(detect_format(str(p)) is formats.band_folder.FORMAT for p in layouts["cog"].scene_paths)
+    items = sorted(str(p) for p in layouts["cog"].out_dir.glob("scenes/*/*.json"))
+    assert items and all(detect_format(p) is formats.stac.FORMAT for p in items)
+    assert all(detect_format(str(p)) is formats.multiband.FORMAT for p in layouts["multiband"].scene_paths)
+
+
+def test_dates_come_from_product_metadata(layouts):
+    safe = [open_scene(p) for p in scene_paths([str(layouts["safe"].out_dir / "scenes")])]
+    assert [s.date for s in safe] == [dt.date(2024, 6, 1), dt.date(2024, 6, 6)]  # MTD PRODUCT_START_TIME
+    landsat = [open_scene(str(p)) for p in layouts["landsat"].scene_paths]
+    assert [s.date for s in landsat] == [dt.date(2023, 6, 12), dt.date(2023, 6, 28)]  # MTL DATE_ACQUIRED
+    items = sorted(str(p) for p in layouts["cog"].out_dir.glob("scenes/*/*.json"))
+    stac = open_scenes([], stac=items)
+    assert [s.date for s in stac] == [dt.date(2024, 6, 1), dt.date(2024, 6, 6)]  # the Item's datetime
+    assert open_scene(items[0]).date == dt.date(2024, 6, 1)  # an Item file given as a scene
+    # the same day from the product's SAFE and COG forms
+    assert [s.date for s in safe] == [s.date for s in stac]
+
+
+def test_a_plain_geotiff_is_dated_by_its_tag_only(layouts, tmp_path):
+    path = layouts["multiband"].scene_paths[0]
+    os.utime(path, (0, 0))
+    assert open_scene(str(path)).date is None  # never the file's modification time
+    tagged = tmp_path / "tagged.tif"
+    with rasterio.open(path) as src:
+        profile, pixels, names = src.profile, src.read(), src.descriptions
+    with rasterio.open(tagged, "w", **profile) as dst:
+        dst.write(pixels)
+        dst.descriptions = names
+        dst.update_tags(TIFFTAG_DATETIME="2021:07:04 10:00:00")
+    assert open_scene(str(tagged)).date == dt.date(2021, 7, 4)
+    with rasterio.open(tagged, "r+") as dst:
+        dst.update_tags(ns="IMAGERY", ACQUISITIONDATETIME="2020-05-17T10:20:30Z")
+    assert open_scene(str(tagged)).date == dt.date(2020, 5, 17)  # the acquisition time before the file's DateTime
+
+
+def test_a_stub_format_is_detected_and_opened(tmp_path):
+    """A made-up product: a `.tsp` folder holding `pixels.tif` and `meta.json` (its date)."""
+    product = tmp_path / "one.tsp"
+    product.mkdir()
+    with rasterio.open(product / "pixels.tif", "w", driver="GTiff", height=16, width=16, count=2, dtype="uint16",
+                       crs="EPSG:32632", transform=from_origin(0, 16, 1, 1), nodata=0) as dst:
+        dst.write(__import__("numpy").ones((2, 16, 16), "uint16"))
+    (product / "meta.json").write_text(json.dumps({"date": "2022-02-02"}))
+
+    def detect(path: str) -> bool:
+        return path.endswith(".tsp") and os.path.isdir(path)
+
+    def open_tsp(path: str, **options) -> Scene:
+        from dataclasses import replace
+
+        scene = formats.multiband.open_multiband(os.path.join(path, "pixels.tif"), band_names=["RED", "NIR"])
+        date = dt.date.fromisoformat(json.loads(open(os.path.join(path, "meta.json")).read())["date"])
+        return replace(scene, id="one", date=date)
+
+    fmt = register_format(ProductFormat("test product", detect, open_tsp), before="band folder")
+    try:
+        assert [f.name for f in FORMATS].index("test product") == [f.name for f in FORMATS].index("band folder") - 1
+        assert detect_format(str(product)) is fmt
+        scene = open_scenes([str(product)])[0]
+        assert scene.id == "one" and scene.band_names == ["RED", "NIR"] and scene.date == dt.date(2022, 2, 2)
+    finally:
+        unregister_format("test product")
+    assert detect_format(str(product)) is formats.band_folder.FORMAT
+
+
+def test_old_module_paths_keep_their_names():
+    from eoscale.raster import landsat, safe, sources, stac
+
+    assert safe.SCL_NODATA_CLASSES == (0, 1, 3, 8, 9, 10) and callable(safe.open_safe) and callable(safe.is_safe)
+    assert landsat.QA_NODATA_BITS == 0b111111 and (landsat.C2_MULT, landsat.C2_ADD) == (2.75e-5, -0.2)
+    assert stac.SENTINEL2_ASSETS["nir08"] == "B8A" and stac.LANDSAT_ASSETS["nir08"] == "SR_B5"
+    assert callable(stac.label_files) and callable(stac.open_items)
+    for name in ("Scene", "BandFile", "ClassMask", "open_raster", "check_crs", "expand_paths", "nodata_of",
+                 "describe_skipped", "map_scene_bands", "select_scene_bands", "open_scenes", "open_scene"):
+        assert hasattr(sources, name), name
