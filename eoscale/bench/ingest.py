@@ -58,11 +58,11 @@ def baseline_jobs(scenes: list[str], scene_of: np.ndarray, rows: np.ndarray, col
 
 def compare_shard_writes(store: Path, *, repeats: int = 5) -> dict:
     """Seconds (median of `repeats`, alternating) to write the store's first shard of images through zarr's
-    assignment, through `eoscale.ingest.shards`, and to encode its chunks alone with numcodecs (the floor),
-    one process and one thread each: the evidence behind `eoscale.ingest.shards`."""
+    assignment, through `eoscale.store.writer`, and to encode its chunks alone with numcodecs (the floor),
+    one process and one thread each: the evidence behind `eoscale.store.writer`."""
     import zarr
 
-    from eoscale.ingest.shards import write_whole_shard
+    from eoscale.store.writer import write_whole_shard
     from eoscale.ingest.skeleton import make_codec
 
     source = zarr.open_group(store, mode="r")["images"]
@@ -167,7 +167,7 @@ def bench_ingest(inputs: dict[str, object], work: Path, *, workers: int, repeats
     codecs = compare_codecs(work / "bench.zarr")
     shard_writes = compare_shard_writes(work / "bench.zarr")
     print(f"  one shard of {shard_writes['tiles']} tiles, one process: zarr's assignment "
-          f"{shard_writes['zarr_assignment_over_encode']:.2f}×, eoscale.ingest.shards "
+          f"{shard_writes['zarr_assignment_over_encode']:.2f}×, eoscale.store.writer "
           f"{shard_writes['eoscale_shards_over_encode']:.2f}× the numcodecs encode of its chunks")
     for name, c in codecs.items():
         print(f"  codec {name:>10}: ratio {c['ratio']:.2f}, write {c['write_tiles_per_s']:.0f} tiles/s, "

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from filelock import FileLock, Timeout
 
-from eoscale import schema
+from eoscale.store import schema
 from eoscale.errors import OutputExistsError
 
 F = TypeVar("F", bound=Callable)
