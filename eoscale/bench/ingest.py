@@ -62,8 +62,9 @@ def compare_shard_writes(store: Path, *, repeats: int = 5) -> dict:
     one process and one thread each: the evidence behind `eoscale.store.writer`."""
     import zarr
 
-    from eoscale.store.writer import write_whole_shard
+    from eoscale._compat import zarr as zarr_compat
     from eoscale.ingest.skeleton import make_codec
+    from eoscale.store.writer import write_whole_shard
 
     source = zarr.open_group(store, mode="r")["images"]
     images = source[: source.shards[0]]
@@ -71,7 +72,7 @@ def compare_shard_writes(store: Path, *, repeats: int = 5) -> dict:
               compressors=make_codec("blosc-zstd", typesize=2), fill_value=0, overwrite=True)
     by_zarr = zarr.create_array(store.parent / "shard-zarr.zarr", **kw)
     direct = zarr.create_array(store.parent / "shard-direct.zarr", **kw)
-    encode = by_zarr.metadata.codecs[0].codecs[1]._blosc_codec.encode
+    encode = zarr_compat.numcodec(by_zarr.metadata.codecs[0].codecs[1]).encode  # the codec object zarr encodes with
 
     def zarr_write() -> None:
         with zarr.config.set({"threading.max_workers": 1}):
