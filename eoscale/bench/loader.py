@@ -48,8 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale.store import schema
 from eoscale.errors import InputError
+from eoscale.store import schema
 
 GOALS = {"decode_only": 0.5, "random_zarr": 3.0, "source_windows": 10.0}  # loader ÷ baseline, at least
 _MAX_DECODE_TILES = 2048  # chunks held in memory per decode process

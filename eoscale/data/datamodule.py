@@ -55,15 +55,15 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, get_worker_info
 from torch.utils.data.dataloader import _InfiniteConstantSampler, _MultiProcessingDataLoaderIter
 
-from eoscale.store import schema
 from eoscale.classes import ClassTable
 from eoscale.data.augment import dihedral
 from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
-from eoscale.store.open import open_store, read_store_attrs, time_steps
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
 from eoscale.sensors import recorded_sensor
+from eoscale.store import schema
+from eoscale.store.open import open_store, read_store_attrs, time_steps
 
 
 class TileDataModule(LightningDataModule):

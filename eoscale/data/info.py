@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale.store import schema
 from eoscale.errors import IncompleteStoreError
 from eoscale.sensors import get_sensor, recorded_sensor
+from eoscale.store import schema
 
 
 def describe(path: str) -> dict:

@@ -41,7 +41,8 @@ from eoscale.data.handover import Handover, shared_empty
 from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length, worker_delivered
 from eoscale.errors import InputError
 from eoscale.store import schema
-from eoscale.store.reader import ShardReader, _direct_layout, open_images  # noqa: F401  (re-exported: old imports)
+from eoscale.store.reader import ShardReader, _direct_layout, open_images  # noqa: F401  (defined here before)
+
 
 class TileStream(IterableDataset):
     """One split of a tile store as a stream of batches for one rank; see the module docstring. `split` is

@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 
 from eoscale import __version__
-from eoscale.store import schema
 from eoscale.catalog.digest import file_sha256, store_fingerprint
 from eoscale.catalog.stac import footprint, store_collection, to_json, write_json
 from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
@@ -43,6 +42,7 @@ from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, open_scenes
 from eoscale.raster.stac import label_files
 from eoscale.sensors import get_sensor
+from eoscale.store import schema
 
 
 @dataclass

@@ -16,8 +16,8 @@ import numpy as np
 import xarray as xr
 import zarr
 
-from eoscale.store import schema
 from eoscale.errors import IncompleteStoreError, StoreError, StoreNotFoundError
+from eoscale.store import schema
 
 
 def read_store_attrs(path: str | os.PathLike) -> dict:

@@ -12,7 +12,7 @@ import torch
 import zarr
 
 from eoscale import schema
-from eoscale.data import TileDataModule, augment, open_store, stream
+from eoscale.data import TileDataModule, augment, open_store
 from eoscale.data.augment import dihedral
 from eoscale.data.stream import ShardReader
 from eoscale.store import reader

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import zarr
 
-from eoscale.store.writer import _chunk_encoders, write_whole_shard
 from eoscale.ingest.skeleton import CODECS, make_codec
+from eoscale.store.writer import _chunk_encoders, write_whole_shard
 
 TILES, SHARD = 21, 8  # three shards, the last one partial
 

@@ -130,7 +130,6 @@ def _write_store(path: Path, images: np.ndarray, labels: np.ndarray, dates: np.n
                  attrs: dict, shard_tiles: int) -> None:
     """A store of T dates laid out as ingest lays one out (xarray's skeleton, then whole shards by the writer)."""
     n, steps, bands, t, _ = images.shape
-    placeholder = dict(chunks=-1)
     import dask.array as da
 
     ds = xr.Dataset(
