@@ -20,13 +20,13 @@ LAYERS: list[set[str]] = [
     {"models", "data", "ingest", "synth"},
     {"raster", "contract", "cluster", "catalog"},
     {"sensors"},  # the sensor registry: band identity is (sensor, band)
-    {"schema", "bands"},  # the ground: names every stage shares
+    {"store", "schema", "bands"},  # the ground: the store's format (eoscale.schema re-exports eoscale.store.schema)
     {"classes"},
     {"_compat"},  # every private-API use of torch, Lightning, DeepSpeed, Ray, zarr, PyTriton (eoscale/_compat)
     {"errors", "__init__"},
 ]
 # imports within one layer that are part of the design (MLflow lives in track; stages log through it)
-SIDEWAYS = {("infer", "track"), ("train", "track"), ("maps", "track"), ("serve", "track"), ("__main__", "cli")}
+SIDEWAYS = {("schema", "store"), ("infer", "track"), ("train", "track"), ("maps", "track"), ("serve", "track"), ("__main__", "cli")}
 
 
 def layer_of(package: str) -> int:

@@ -74,9 +74,9 @@ class FitProbe(Callback):
 def heldout_miou(pl_module, datamodule, store: str, *, batch_size: int = 32) -> dict:
     """mIoU (macro over the classes, `ignore_index` left out, as the task's val_miou) and pixel accuracy of
     `pl_module` on every tile of `store` (all its splits), its images normalised as in training."""
-    from eoscale import schema
     from eoscale.data.datamodule import TileDataModule
     from eoscale.models.metrics import segmentation_metrics
+    from eoscale.store import schema
 
     dm = TileDataModule(store, batch_size=batch_size, num_workers=0, augment=False, bands=datamodule.band_names,
                         pin_memory=False)

@@ -58,12 +58,13 @@ def baseline_jobs(scenes: list[str], scene_of: np.ndarray, rows: np.ndarray, col
 
 def compare_shard_writes(store: Path, *, repeats: int = 5) -> dict:
     """Seconds (median of `repeats`, alternating) to write the store's first shard of images through zarr's
-    assignment, through `eoscale.ingest.shards`, and to encode its chunks alone with numcodecs (the floor),
-    one process and one thread each: the evidence behind `eoscale.ingest.shards`."""
+    assignment, through `eoscale.store.writer`, and to encode its chunks alone with numcodecs (the floor),
+    one process and one thread each: the evidence behind `eoscale.store.writer`."""
     import zarr
 
-    from eoscale.ingest.shards import write_whole_shard
+    from eoscale._compat import zarr as zarr_compat
     from eoscale.ingest.skeleton import make_codec
+    from eoscale.store.writer import write_whole_shard
 
     source = zarr.open_group(store, mode="r")["images"]
     images = source[: source.shards[0]]
@@ -71,7 +72,7 @@ def compare_shard_writes(store: Path, *, repeats: int = 5) -> dict:
               compressors=make_codec("blosc-zstd", typesize=2), fill_value=0, overwrite=True)
     by_zarr = zarr.create_array(store.parent / "shard-zarr.zarr", **kw)
     direct = zarr.create_array(store.parent / "shard-direct.zarr", **kw)
-    encode = by_zarr.metadata.codecs[0].codecs[1]._blosc_codec.encode
+    encode = zarr_compat.numcodec(by_zarr.metadata.codecs[0].codecs[1]).encode  # the codec object zarr encodes with
 
     def zarr_write() -> None:
         with zarr.config.set({"threading.max_workers": 1}):
@@ -167,7 +168,7 @@ def bench_ingest(inputs: dict[str, object], work: Path, *, workers: int, repeats
     codecs = compare_codecs(work / "bench.zarr")
     shard_writes = compare_shard_writes(work / "bench.zarr")
     print(f"  one shard of {shard_writes['tiles']} tiles, one process: zarr's assignment "
-          f"{shard_writes['zarr_assignment_over_encode']:.2f}×, eoscale.ingest.shards "
+          f"{shard_writes['zarr_assignment_over_encode']:.2f}×, eoscale.store.writer "
           f"{shard_writes['eoscale_shards_over_encode']:.2f}× the numcodecs encode of its chunks")
     for name, c in codecs.items():
         print(f"  codec {name:>10}: ratio {c['ratio']:.2f}, write {c['write_tiles_per_s']:.0f} tiles/s, "

@@ -41,7 +41,7 @@ def pixel_baseline(store: str, *, samples: int, seed: int) -> dict:
 
     def pixels(split: str) -> tuple[np.ndarray, np.ndarray]:
         start, stop = ds.attrs["splits"][split]
-        images = ds["images"][start:stop].values  # (tile, band, y, x)
+        images = ds["images"][start:stop].isel(time=0).values  # (tile, band, y, x): the first (a single-date store's) date
         labels = ds["labels"][start:stop].values
         x = images.transpose(0, 2, 3, 1).reshape(-1, images.shape[1]).astype(np.float32)
         y = labels.reshape(-1)

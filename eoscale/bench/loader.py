@@ -48,8 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale import schema
 from eoscale.errors import InputError
+from eoscale.store import schema
 
 GOALS = {"decode_only": 0.5, "random_zarr": 3.0, "source_windows": 10.0}  # loader ÷ baseline, at least
 _MAX_DECODE_TILES = 2048  # chunks held in memory per decode process
@@ -71,7 +71,7 @@ def bench_loader(
     measurements taken in alternating order, each one's rate in `tiles_per_s_runs`), plus `ratios` (loader ÷
     baseline), `switches_vs_compact` and `goals`. `torchgeo=None` measures TorchGeo when it can be imported, True
     requires it."""
-    from eoscale.data.store import read_store_attrs
+    from eoscale.store.open import read_store_attrs
 
     if workers < 0 or batch_size < 1 or seconds <= 0 or repeats < 1:
         raise InputError(f"need workers ≥ 0, batch_size ≥ 1, seconds > 0 and repeats ≥ 1, got {workers}, {batch_size}, "
@@ -229,7 +229,7 @@ def _pool(worker, source, what, processes: int, seconds: float, seed: int) -> di
 
 
 def _decode_worker(store: str, split: tuple[int, int], share: int, shares: int, seconds: float, seed: int):
-    from eoscale.data.stream import ShardReader
+    from eoscale.store.reader import ShardReader
 
     images, labels = ShardReader(Path(store) / schema.IMAGES), ShardReader(Path(store) / schema.LABELS)
     if not (images.direct and labels.direct):

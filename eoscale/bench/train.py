@@ -110,7 +110,7 @@ def plain_loop(store: str, *, steps: int, batch: int, backbone: str, rank: int =
     n = min(stop - start, batch * 8 * world)
     mean = torch.tensor(ds.attrs["statistics"]["mean"]).view(1, -1, 1, 1)
     std = torch.tensor(ds.attrs["statistics"]["std"]).view(1, -1, 1, 1)
-    images = (torch.from_numpy(ds["images"][start : start + n].values.astype("float32")) - mean) / std
+    images = (torch.from_numpy(ds["images"][start : start + n].isel(time=0).values.astype("float32")) - mean) / std
     labels = torch.from_numpy(ds["labels"][start : start + n].values.astype("int64"))
     images, labels = images[rank::world], labels[rank::world]
     n = len(labels)

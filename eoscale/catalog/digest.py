@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from eoscale import schema
+from eoscale.store import schema
 
 CHUNK = 8 * 2**20  # bytes read at a time
 OK, CHANGED, MISSING, UNKNOWN = "OK", "CHANGED", "MISSING", "unknown"

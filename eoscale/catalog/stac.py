@@ -32,7 +32,7 @@ from pystac.extensions.raster import DataType, RasterBand, RasterExtension
 from rasterio.crs import CRS
 from rasterio.warp import transform as warp_points
 
-from eoscale import schema
+from eoscale.store import schema
 from eoscale.classes import ClassTable
 
 LINEAGE = "eoscale:lineage"  # in a map Item's properties: the chain (see `eoscale.maps.lineage`)

@@ -1,6 +1,6 @@
 """Stage 2: reading tile stores (never writing them): validation, streaming into Lightning."""
 
-from eoscale.data.store import open_store, read_store_attrs
+from eoscale.store.open import open_store, read_store_attrs
 
 __all__ = ["TileDataModule", "TileLoader", "TileStream", "open_store", "read_store_attrs"]
 

@@ -55,16 +55,16 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import get_worker_info
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
-from eoscale import schema
 from eoscale._compat.torch import HookedLoader, HookedWorkerIter, shutdown_workers
 from eoscale.classes import ClassTable
 from eoscale.data.augment import dihedral
 from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
-from eoscale.data.store import open_store, read_store_attrs
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
 from eoscale.sensors import recorded_sensor
+from eoscale.store import schema
+from eoscale.store.open import open_store, read_store_attrs, time_steps
 
 
 class TileDataModule(LightningDataModule):
@@ -144,7 +144,13 @@ class TileDataModule(LightningDataModule):
     def attrs(self) -> dict:
         """The store's validated attributes (metadata only; read once)."""
         if self._attrs is None:
-            self._attrs = read_store_attrs(self.store)
+            attrs = read_store_attrs(self.store)
+            if time_steps(attrs) > 1:
+                # TileStream reads them ((B, T, C, H, W) batches); normalising, turning and the shared-memory
+                # handover of several dates are the time-series work's
+                raise InputError(f"tile store {self.store!r} has {time_steps(attrs)} dates a tile: TileDataModule trains on "
+                                 f"single-date stores (one date a tile) only")
+            self._attrs = attrs
         return self._attrs
 
     @property

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale import schema
 from eoscale.errors import IncompleteStoreError
 from eoscale.sensors import get_sensor, recorded_sensor
+from eoscale.store import schema
 
 
 def describe(path: str) -> dict:
     """A summary of the store: tiles, shards, bands, statistics, class counts per split, size on disk."""
-    from eoscale.data.store import open_store
+    from eoscale.store.open import open_store
 
     ds = open_store(path)
     attrs = ds.attrs
@@ -27,6 +27,7 @@ def describe(path: str) -> dict:
         "path": str(path),
         "complete": bool(attrs[schema.ATTR_COMPLETE]),
         "tiles": int(ds.sizes[schema.TILE]),
+        "time_steps": int(ds.sizes[schema.TIME]),  # dates a tile (1 for a single-date store, and stores of version 1)
         "tile_size": attrs[schema.ATTR_TILE_SIZE],
         "shard_tiles": attrs[schema.ATTR_SHARD_TILES],
         "shards": -(-int(ds.sizes[schema.TILE]) // attrs[schema.ATTR_SHARD_TILES]),
@@ -65,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"incomplete: {err}")
         return 2
     if args.check:
-        from eoscale.data.store import check_shards
+        from eoscale.store.open import check_shards
 
         info["shards_checked"] = check_shards(args.store)
     if args.json:

@@ -12,11 +12,12 @@ them is `TileDataModule.normalise`, on the accelerator after the transfer. Batch
 DataLoader (use `batch_size=None` there), because the number of batches a rank yields must be exactly
 `len(stream)` on every rank, whatever the number of workers.
 
-Why not random access (measured on the 2-core development machine, 10×64×64 uint16 tiles with their labels,
-blosc-zstd): one tile per read through zarr came at about 380–450 tiles/s per process; whole shards per read
-through zarr at about 1,700–2,700 tiles/s; decoding each shard's file directly (one file read, the shard
-index, then the chunks' own codec from numcodecs) at about 3,200–6,400 tiles/s. `ShardReader` takes that
-direct path whenever the array has the plain layout `eoscale ingest` writes, and asks zarr otherwise.
+Tiles are read whole from the shard files by `eoscale.store.reader.ShardReader` (why not random access through
+zarr: see there). A store's images are (time, band, y, x) tiles, whatever its schema version; a single-date store
+(T = 1, every store ingest writes today, and every version-1 store) gives (B, C, T, T) batches as above. A store
+of T > 1 dates gives "image" (B, T, C, H, W) and "date_valid" float32 (B, T), each date's share of valid pixels
+in the tile, from the stream itself (no shared-memory handover; `TileDataModule` refuses such stores until the
+time-series work teaches normalising and turning them).
 
 What a worker spends besides decoding (CPU µs per tile in one process, same machine and tiles, decoding
 alone 80–103, while other work loaded the 2 cores 5–10×): with the tiles decoded into the buffer, then copied,
@@ -27,10 +28,8 @@ process through the reused shared-memory buffers of `eoscale.data.handover` (~17
 
 from __future__ import annotations
 
-import mmap
 import os
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -38,168 +37,11 @@ import torch
 import zarr
 from torch.utils.data import IterableDataset, get_worker_info
 
-from eoscale import schema
 from eoscale.data.handover import Handover, shared_empty
 from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length, worker_delivered
-from eoscale.errors import StoreError
-
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page of the file at once
-_EMPTY = 2**64 - 1  # a shard index entry of two of these marks a chunk never written (it reads as fill_value)
-
-
-class ShardReader:
-    """Reads whole tiles (along the first axis) of one sharded Zarr v3 array: `chunks` gives a run's tiles as
-    stored (encoded, on the direct path), `decode` writes one of them into an array of the tile's shape."""
-
-    def __init__(self, path: str | os.PathLike, *, direct: bool = True) -> None:
-        """`direct=False` reads whole runs through zarr's public API even where the direct path applies."""
-        self.array = zarr.open_array(str(path), mode="r")
-        self.tile_shape = tuple(self.array.shape[1:])
-        self.dtype = self.array.dtype
-        self._direct = _direct_layout(self.array) if direct else None
-        self._shard: tuple[int, list | None] = (-1, None)  # the last shard's chunks, for its next run
-
-    @property
-    def direct(self) -> bool:
-        """Whether reads bypass zarr's codec pipeline (see the module docstring)."""
-        return self._direct is not None
-
-    @property
-    def shard_tiles(self) -> int:
-        """Tiles per shard along the first axis."""
-        return int(self.array.shards[0]) if self.array.shards else int(self.array.chunks[0])
-
-    def chunks(self, start: int, stop: int) -> list:
-        """Tiles `[start, stop)` of one shard, as stored: on the direct path, each tile's encoded chunk (a
-        memoryview of the shard file, read once for consecutive runs of one shard; None: never written);
-        otherwise, decoded arrays read through zarr."""
-        if self._direct is None:
-            return list(self.array[start:stop])
-        shard, first = divmod(start, self._direct.shard_tiles)
-        if self._shard[0] != shard:
-            self._shard = (shard, self._direct.chunks(shard))
-        chunks = self._shard[1]
-        return [None] * (stop - start) if chunks is None else chunks[first : first + stop - start]
-
-    def decode(self, chunk, out: np.ndarray) -> None:
-        """Write one tile that `chunks` gave into `out` (an array of the tile's shape and dtype)."""
-        if chunk is None:
-            out[...] = self._direct.fill  # never written: reads as fill_value, as in zarr
-        elif self._direct is None:
-            out[...] = chunk
-        else:
-            try:
-                self._direct.decode(chunk, out)
-            except (RuntimeError, ValueError) as err:  # what blosc and zstd raise on a damaged chunk
-                raise StoreError(f"a tile of {str(self._direct.root)!r} does not decode ({err}): the store is damaged; "
-                                 f"'eoscale info --check' names the shard; ingest the scenes again") from None
-
-    @staticmethod
-    def detach(chunk):
-        """A chunk that `chunks` gave, copied out of the shard it came from, so that keeping it does not keep
-        the whole shard in memory."""
-        if isinstance(chunk, memoryview):
-            return bytes(chunk)
-        if isinstance(chunk, np.ndarray) and chunk.base is not None:
-            return chunk.copy()
-        return chunk  # None, or copied out already
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Tiles `[start, stop)` as one array."""
-        out = np.empty((stop - start, *self.tile_shape), dtype=self.dtype)
-        if self._direct is None:
-            out[...] = self.array[start:stop]
-            return out
-        shard_tiles = self._direct.shard_tiles
-        position = start
-        while position < stop:
-            end = min(stop, (position // shard_tiles + 1) * shard_tiles)
-            for i, chunk in enumerate(self.chunks(position, end), start=position - start):
-                self.decode(chunk, out[i])
-            position = end
-        return out
-
-
-class _DirectShards:
-    """The file layout of a local sharded array with one tile per inner chunk, and how to decode a chunk."""
-
-    def __init__(self, array: zarr.Array, decode: Callable, checksum: bool, index_at_end: bool) -> None:
-        self.root = Path(array.store.root) / array.path
-        self.shard_tiles = int(array.shards[0])
-        self.fill = array.fill_value
-        self.key = array.metadata.encode_chunk_key
-        self.ndim = array.ndim
-        self.decode = decode
-        self.checksum = checksum
-        self.index_at_end = index_at_end
-        self.index_bytes = 16 * self.shard_tiles + (4 if checksum else 0)
-
-    def chunks(self, shard: int) -> list[memoryview | None] | None:
-        """The encoded chunks of one shard, one per tile (None: never written), or None for no shard file."""
-        path = self.root / self.key((shard,) + (0,) * (self.ndim - 1))
-        try:
-            with open(path, "rb") as file:
-                size = os.fstat(file.fileno()).st_size
-                if size < self.index_bytes:
-                    raise self.damaged(path, f"{size} bytes, shorter than its index")
-                # mapped, not read: read_bytes into fresh memory cost 10–15 µs a tile here, mostly page faults on
-                # the new pages; a populated map of the page cache ~2 µs (the store is complete: nothing writes
-                # to the file while it is mapped)
-                data = mmap.mmap(file.fileno(), 0, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
-        except FileNotFoundError:
-            return None
-        raw = data[-self.index_bytes :] if self.index_at_end else data[: self.index_bytes]
-        if self.checksum:
-            import google_crc32c
-
-            if google_crc32c.value(raw[:-4]) != int(np.frombuffer(raw[-4:], dtype="<u4")[0]):
-                raise self.damaged(path, "its index fails its checksum")
-            raw = raw[:-4]
-        index = np.frombuffer(raw, dtype="<u8").reshape(self.shard_tiles, 2).tolist()
-        if any(offset != _EMPTY and offset + length > size for offset, length in index):
-            raise self.damaged(path, "it ends before the tiles its index lists")
-        view = memoryview(data)
-        return [None if offset == _EMPTY else view[offset : offset + length] for offset, length in index]
-
-    def damaged(self, path: Path, why: str) -> StoreError:
-        store = self.root.parent
-        return StoreError(f"tile store {str(store)!r} is damaged: shard {path.relative_to(store)} does not read ({why}); "
-                          "ingest the scenes again (eoscale ingest … --overwrite)")
-
-
-def _direct_layout(array: zarr.Array) -> _DirectShards | None:
-    """The direct reader for `array` if it has the plain layout `eoscale ingest` writes, else None."""
-    from zarr.codecs import BloscCodec, BytesCodec, Crc32cCodec, ShardingCodec, ZstdCodec
-    from zarr.storage import LocalStore
-
-    codecs = array.metadata.codecs if array.metadata.zarr_format == 3 else ()
-    if len(codecs) != 1 or not isinstance(codecs[0], ShardingCodec) or not isinstance(array.store, LocalStore):
-        return None
-    sharding = codecs[0]
-    if tuple(sharding.chunk_shape) != (1, *array.shape[1:]) or tuple(array.shards[1:]) != tuple(array.shape[1:]):
-        return None
-    inner = list(sharding.codecs)
-    if not inner or not isinstance(inner[0], BytesCodec):
-        return None
-    if array.dtype.itemsize > 1 and (inner[0].endian is None or inner[0].endian.value != sys.byteorder):
-        return None
-    if len(inner) == 1:
-        def decode(src, out):
-            out.reshape(-1).view(np.uint8)[:] = np.frombuffer(src, dtype=np.uint8)
-    elif len(inner) == 2 and isinstance(inner[1], (BloscCodec, ZstdCodec)):
-        from numcodecs import blosc, zstd
-
-        # the codec's own decompress(source, dest), called as numcodecs' Blosc/Zstd.decode call it, without
-        # their argument checks (~20 µs a chunk here, a fifth of decoding a 10×64×64 tile)
-        decode = blosc.decompress if isinstance(inner[1], BloscCodec) else zstd.decompress
-    else:
-        return None
-    index_codecs = list(sharding.index_codecs)
-    if not index_codecs or not isinstance(index_codecs[0], BytesCodec) or index_codecs[0].endian.value != "little":
-        return None
-    if index_codecs[1:] and (len(index_codecs) != 2 or not isinstance(index_codecs[1], Crc32cCodec)):
-        return None
-    return _DirectShards(array, decode, checksum=len(index_codecs) == 2, index_at_end=sharding.index_location.value == "end")
+from eoscale.errors import InputError
+from eoscale.store import schema
+from eoscale.store.reader import ShardReader, _direct_layout, open_images  # noqa: F401  (defined here before)
 
 
 class TileStream(IterableDataset):
@@ -309,7 +151,7 @@ class TileStream(IterableDataset):
         plan = plan_epoch(self.split, self.shard_tiles, batch_size=self.batch_size, rank=self.rank,
                           world_size=self.world_size, worker=worker, workers=workers, seed=self.seed,
                           epoch=epoch, shuffle=self.shuffle, pad=self.pad)
-        images, labels, _ = self._open()
+        images, labels, _, _ = self._open()
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         block = max(self.shuffle_shards * self.shard_tiles, self.batch_size) if self.shuffle else self.batch_size
         # and leaves out its share of the batches the rank yielded before: drawn as before (the same random
@@ -332,15 +174,19 @@ class TileStream(IterableDataset):
                 rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
         assert made == plan.batches, f"worker {worker} made {made} batches, planned {plan.batches}"
 
-    def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray]:
+    def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray, np.ndarray | None]:
         # opened lazily in each process (a forked worker must not reuse its parent's handles)
         if self._readers is None or self._readers[0] != os.getpid():
             root = Path(self.store)
             direct = getattr(self, "direct_decode", True)
+            images = open_images(root, direct=direct)  # (time, band, y, x) tiles, whatever the schema version
             labels = ShardReader(root / schema.LABELS, direct=direct) if self.labels else None
-            # tiles without a single nodata pixel (in any band) need no nodata mask: most of them
+            # tiles without a single nodata pixel (in any band, on any date) need no nodata mask: most of them
             complete = zarr.open_array(str(root / schema.VALID_FRACTION), mode="r")[:] >= 1.0
-            self._readers = (os.getpid(), ShardReader(root / schema.IMAGES, direct=direct), labels, complete)
+            date_valid = None
+            if images.tile_shape[0] > 1:  # several dates: each date's valid share goes into the batch
+                date_valid = zarr.open_array(str(root / schema.DATE_VALID), mode="r")[:]
+            self._readers = (os.getpid(), images, labels, complete, date_valid)
         return self._readers[1:]
 
     def _drain(self, buffer: _Buffer, rng: np.random.Generator, *, final: bool) -> Iterator[np.ndarray]:
@@ -359,37 +205,47 @@ class TileStream(IterableDataset):
         batch (no copy in between; with a band subset, into scratch, then the chosen bands copied); where a tile
         has nodata, its label is set to `ignore_index` under it. Augmented batches carry a random "turn" per
         tile, applied on the device (`eoscale.data.augment`)."""
-        images, labels, complete = self._open()
-        n, size, channels = len(which), images.tile_shape[-1], images.tile_shape[0]
+        images, labels, complete, date_valid = self._open()
+        steps, channels, size = images.tile_shape[0], images.tile_shape[1], images.tile_shape[-1]
+        n = len(which)
         channels = channels if self.bands is None else len(self.bands)
         if self.handover is not None:
+            if steps > 1:
+                raise InputError(f"{self.store!r} has {steps} dates a tile: the shared-memory handover carries single-date "
+                                 f"batches only (load it with shared_memory=False)")
             x, y, tile, turn, batch = self.handover.take(n, channels, size, labels=self.labels, turns=self.augment,
                                                          batch_size=self.batch_size)
         else:
             empty = shared_empty if self.private_shared else torch.empty
-            image = empty((n, channels, size, size), dtype=torch.uint16)
+            # one date: (B, C, H, W), as models take it; several: (B, T, C, H, W)
+            image = empty((n, channels, size, size) if steps == 1 else (n, steps, channels, size, size), dtype=torch.uint16)
             label = empty((n, size, size), dtype=torch.uint8) if self.labels else None
             tile, turn = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.uint8) if self.augment else None
             x, y = image.numpy(), None if label is None else label.numpy()
             batch = ({"image": image, "tile": torch.from_numpy(tile)} | ({"label": label} if self.labels else {})
                      | ({"turn": torch.from_numpy(turn)} if self.augment else {}))
         tile[:] = buffer.tiles[which]
+        if date_valid is not None:
+            batch["date_valid"] = torch.from_numpy(date_valid[tile])
         order = which.tolist()
         if self.bands is None:
-            decode = images.decode
+            decode = images.decode  # each tile's bytes straight into its place: (C, H, W) and (1, C, H, W) alike
             for i, k in enumerate(order):
                 decode(buffer.images[k], x[i])
         else:
-            scratch = np.empty(images.tile_shape, dtype=images.dtype)
+            scratch = np.empty(images.tile_shape, dtype=images.dtype)  # (T, all bands, H, W)
             for i, k in enumerate(order):
                 images.decode(buffer.images[k], scratch)
-                x[i] = scratch[self.bands]
+                x[i] = scratch[0, self.bands] if steps == 1 else scratch[:, self.bands]
         if y is not None:
             decode = labels.decode
             for i, k in enumerate(order):
                 decode(buffer.labels[k], y[i])
             for i in np.flatnonzero(~complete[tile]).tolist():  # a pixel without data: every band at nodata
-                missing = x[i].max(axis=0) == 0 if self.nodata == 0 else (x[i] == self.nodata).all(axis=0)
+                if steps == 1:
+                    missing = x[i].max(axis=0) == 0 if self.nodata == 0 else (x[i] == self.nodata).all(axis=0)
+                else:  # ... on every date
+                    missing = (x[i].max(axis=1) == 0).all(axis=0) if self.nodata == 0 else (x[i] == self.nodata).all(axis=(0, 1))
                 y[i][missing] = self.ignore_index
         if turn is not None:
             turn[:] = rng.integers(0, 8, n, dtype=np.uint8)

@@ -13,7 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from eoscale.errors import InputError
-from eoscale.schema import SPLITS
+from eoscale.store.schema import SPLITS
 
 COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at ~bytes_per_column × this
 Ramp = Literal["cosine", "linear"]

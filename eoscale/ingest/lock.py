@@ -20,8 +20,8 @@ from typing import TypeVar
 
 from filelock import FileLock, Timeout
 
-from eoscale import schema
 from eoscale.errors import OutputExistsError
+from eoscale.store import schema
 
 F = TypeVar("F", bound=Callable)
 

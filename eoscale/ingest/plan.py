@@ -23,7 +23,7 @@ import numpy as np
 from affine import Affine
 from pyproj import CRS, Transformer
 
-from eoscale.schema import SPLITS
+from eoscale.store.schema import SPLITS
 
 GROUND_CRS = "EPSG:6933"  # WGS 84 / EASE-Grid 2.0 Global: equal-area metres, defined everywhere on Earth
 METRES_PER_DEGREE = 111_320.0  # the size of a pixel of a geographic CRS, at the equator, for the cell size only

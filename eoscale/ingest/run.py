@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale import __version__, schema
+from eoscale import __version__
 from eoscale.catalog.digest import file_sha256, store_fingerprint
 from eoscale.catalog.stac import footprint, store_collection, to_json, write_json
 from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
@@ -42,6 +42,7 @@ from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, open_scenes
 from eoscale.raster.stac import label_files
 from eoscale.sensors import get_sensor
+from eoscale.store import schema
 
 
 @dataclass
@@ -295,7 +296,9 @@ def _fingerprint(parameters: dict, scenes: list[Scene], label_paths: list[str], 
             files.append([os.path.abspath(path), st.st_size, digests[path]])
         else:
             files.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
-    blob = json.dumps({"parameters": parameters, "files": files, "scenes": [s.id for s in scenes]}, sort_keys=True)
+    # the schema version too: an unfinished ingest of another eoscale's layout is not resumed
+    blob = json.dumps({"parameters": parameters, "files": files, "scenes": [s.id for s in scenes],
+                       **({"schema": schema.SCHEMA_VERSION} if schema.SCHEMA_VERSION > 1 else {})}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

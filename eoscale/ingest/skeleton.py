@@ -2,7 +2,9 @@
 
 Everything here is known from the plan, so it is written first, through xarray, which makes the store
 exactly what `xarray.open_zarr` expects. Images and labels stay unwritten (the shard tasks fill them), and
-so do the per-tile arrays that only the shard tasks can measure (valid fraction, class counts).
+so do the per-tile arrays that only the shard tasks can measure (valid fraction, class counts, each date's valid
+share). The images have a time axis (`eoscale.store.schema`); each scene is one date today (T = 1), its date
+the scene's `date` where its format records one, NaT where not.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ import xarray as xr
 from affine import Affine
 from zarr.codecs import BloscCodec, ZstdCodec
 
-from eoscale import schema
 from eoscale.errors import InputError
 from eoscale.ingest.plan import TilePlan
 from eoscale.raster.sources import Scene
+from eoscale.store import schema
 
 CODECS = ("blosc-zstd", "blosc-lz4", "zstd", "none")
 
@@ -43,6 +45,14 @@ def tile_transforms(plan: TilePlan, scenes: list[Scene]) -> np.ndarray:
     return out
 
 
+def tile_dates(plan: TilePlan, scenes: list[Scene]) -> np.ndarray:
+    """(tile, time) datetime64[ns]: each tile's scene's date (T = 1), NaT where the scene's format records none."""
+    dates = [getattr(scene, "date", None) for scene in scenes]
+    per_scene = np.array([np.datetime64("NaT", "ns") if d is None else np.datetime64(d, "ns") for d in dates],
+                         dtype="datetime64[ns]")
+    return per_scene[np.asarray(plan.scene, dtype=np.int64)][:, None]
+
+
 def create_skeleton(
     path: Path,
     plan: TilePlan,
@@ -56,11 +66,13 @@ def create_skeleton(
 ) -> None:
     """Write the store's metadata and per-tile coordinates; images and labels stay unwritten."""
     n, bands, t, s = len(plan), len(scenes[0].bands), plan.tile_size, plan.shard_tiles
+    dates = tile_dates(plan, scenes)
+    steps = dates.shape[1]  # T: one date a scene today
     placeholder = dict(chunks=-1)
     ds = xr.Dataset(
         {
-            schema.IMAGES: ((schema.TILE, schema.BAND, schema.Y, schema.X),
-                            da.zeros((n, bands, t, t), dtype=np.uint16, chunks=(s, bands, t, t))),
+            schema.IMAGES: ((schema.TILE, schema.TIME, schema.BAND, schema.Y, schema.X),
+                            da.zeros((n, steps, bands, t, t), dtype=np.uint16, chunks=(s, steps, bands, t, t))),
             schema.LABELS: ((schema.TILE, schema.Y, schema.X),
                             da.zeros((n, t, t), dtype=np.uint8, chunks=(s, t, t))),
         },
@@ -74,13 +86,18 @@ def create_skeleton(
             schema.SPLIT: (schema.TILE, plan.split),
             schema.VALID_FRACTION: (schema.TILE, da.zeros(n, dtype=np.float32, **placeholder)),
             schema.CLASS_COUNTS: ((schema.TILE, schema.CLASS), da.zeros((n, num_classes), dtype=np.int64, **placeholder)),
+            schema.DATES: ((schema.TILE, schema.TIME), dates),
+            schema.DATE_VALID: ((schema.TILE, schema.TIME), da.zeros((n, steps), dtype=np.float32, **placeholder)),
         },
-        attrs=attrs,
+        attrs={**attrs, schema.ATTR_TIME_STEPS: steps},
     )
     encoding = {
-        # one tile per chunk (the unit a reader can fetch alone), shard_tiles tiles per shard (the unit on disk)
-        schema.IMAGES: {"chunks": (1, bands, t, t), "shards": (s, bands, t, t),
+        # one tile (all its dates) per chunk (the unit a reader can fetch alone), shard_tiles tiles per shard (the
+        # unit on disk); a tile's chunk holds the same bytes as a single-date tile of schema version 1
+        schema.IMAGES: {"chunks": (1, steps, bands, t, t), "shards": (s, steps, bands, t, t),
                         "compressors": make_codec(codec, typesize=2, level=level)},
         schema.LABELS: {"chunks": (1, t, t), "shards": (s, t, t), "compressors": make_codec(codec, typesize=1, level=level)},
+        # the dates in days, NaT as the smallest int64 (xarray's encoding, explicit so no store depends on a guess)
+        schema.DATES: {"units": "days since 1970-01-01", "dtype": "int64"},
     }
     ds.to_zarr(path, mode="w-", compute=False, encoding=encoding, zarr_format=3, consolidated=False)

@@ -1,7 +1,7 @@
 """Writing the tile store's contents: one whole shard per task, then the finishing touches.
 
 The skeleton (see `skeleton.py`) exists before any shard task runs. Each shard task reads its
-tiles from the scenes and writes one whole shard of `images` and `labels` (`eoscale.ingest.shards`: the bytes
+tiles from the scenes and writes one whole shard of `images` and `labels` (`eoscale.store.writer`: the bytes
 zarr would write, as one object): no two tasks ever touch the same shard. A task records what it measured
 (valid fractions, class counts, band histograms) in a marker file written *after* the shard, atomically,
 so a resumed ingest trusts exactly the shards that have a marker and rewrites the rest.
@@ -18,16 +18,16 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from eoscale import schema
 from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX
 from eoscale.cluster.heap import large_arrays_from_the_heap
 from eoscale.ingest.plan import TilePlan
 from eoscale.ingest.scan import load_scene_labels
-from eoscale.ingest.shards import write_whole_shard
 from eoscale.ingest.stats import band_histograms
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.sources import Scene
+from eoscale.store import schema
+from eoscale.store.writer import write_whole_shard
 
 
 def store_nodata(scenes: list[Scene]) -> int:
@@ -83,12 +83,13 @@ def write_shard(
     labels[~valid] = IGNORE_INDEX
     valid_fraction = valid.reshape(n, -1).mean(axis=1).astype(np.float32)
     class_counts = np.stack([np.bincount(lab[lab != IGNORE_INDEX], minlength=num_classes)[:num_classes] for lab in labels])
-    # each shard encoded here in one loop and put as one object (eoscale.ingest.shards: zarr's per-chunk pipeline
+    # each shard encoded here in one loop and put as one object (eoscale.store.writer: zarr's per-chunk pipeline
     # cost 1.6x the encode itself); zarr's own thread pool, where it is used, only competes with the other Dask
     # workers for the same cores
     with zarr.config.set({"threading.max_workers": 1}):
         group = zarr.open_group(store, mode="r+")
-        write_whole_shard(group[schema.IMAGES], shard, images)
+        # one date a scene (T = 1): each tile's (band, y, x) is its (1, band, y, x), the same bytes
+        write_whole_shard(group[schema.IMAGES], shard, images.reshape(n, *group[schema.IMAGES].shape[1:]))
         write_whole_shard(group[schema.LABELS], shard, labels)
     # the sha256 of the shard files just written (still in the page cache, and in parallel over the workers): the
     # store's fingerprint at finalisation then reads only its small metadata files again (eoscale.catalog.digest)
@@ -189,6 +190,8 @@ def finalize(store: Path, progress: Path, gathered: dict[str, np.ndarray], attrs
     group = zarr.open_group(store, mode="r+")
     group[schema.VALID_FRACTION][:] = gathered["valid_fraction"]
     group[schema.CLASS_COUNTS][:] = gathered["class_counts"]
+    if schema.DATE_VALID in group:  # one date a tile (T = 1): its valid share is the tile's
+        group[schema.DATE_VALID][:] = gathered["valid_fraction"].reshape(group[schema.DATE_VALID].shape)
     group.attrs.update({**attrs, schema.ATTR_COMPLETE: True})
     with warnings.catch_warnings():
         # consolidated metadata is not in the v3 spec yet, but xarray reads it and warns without it

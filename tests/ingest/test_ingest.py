@@ -49,12 +49,13 @@ def test_cli_ingest_then_info(store, capsys):
 
 def test_store_opens_with_xarray_and_zarr_and_shards_are_real(store):
     ds = xr.open_zarr(store)
-    assert ds[schema.IMAGES].dims == ("tile", "band", "y", "x")
+    assert ds[schema.IMAGES].dims == ("tile", "time", "band", "y", "x")  # one date a scene: time 1
+    assert ds.attrs[schema.ATTR_TIME_STEPS] == 1 and ds[schema.DATES].dims == ds[schema.DATE_VALID].dims == ("tile", "time")
     assert ds[schema.LABELS].dims == ("tile", "y", "x")
     assert ds[schema.IMAGES].dtype == np.uint16 and ds[schema.LABELS].dtype == np.uint8
     group = zarr.open_group(store, mode="r")
     images = group[schema.IMAGES]
-    assert images.chunks == (1, 10, 32, 32) and images.shards == (16, 10, 32, 32)
+    assert images.chunks == (1, 1, 10, 32, 32) and images.shards == (16, 1, 10, 32, 32)
     n = images.shape[0]
     shard_files = [f for f in (store / schema.IMAGES).rglob("*") if f.is_file() and f.name != "zarr.json"]
     assert len(shard_files) == -(-n // 16)  # one file per shard, each holding many tiles
@@ -76,7 +77,7 @@ def test_tiles_keep_their_georeferencing_and_pixels(store):
             window = Window(geo.col_off, geo.row_off, 32, 32)
             assert geo.transform == window_transform(window, src.transform)
             assert geo.crs == src.crs
-            np.testing.assert_array_equal(tile[schema.IMAGES].values, src.read(window=window))
+            np.testing.assert_array_equal(tile[schema.IMAGES].isel(time=0).values, src.read(window=window))
 
 
 def test_labels_match_a_full_reprojection(store, rasters):
@@ -94,7 +95,7 @@ def test_labels_match_a_full_reprojection(store, rasters):
             r, c = int(ds.row_off[t]), int(ds.col_off[t])
             want = expected[r : r + 32, c : c + 32]
             want = np.where(want >= 0, lut[np.clip(want, 0, None)], IGNORE_INDEX)
-            image = ds[schema.IMAGES][t].values
+            image = ds[schema.IMAGES][t, 0].values
             want[(image == 0).any(axis=0)] = IGNORE_INDEX  # nodata pixels are ignored
             np.testing.assert_array_equal(ds[schema.LABELS][t].values, want)
 
@@ -105,7 +106,7 @@ def test_attributes_statistics_and_splits(store):
     assert attrs[schema.ATTR_SCHEMA] == schema.SCHEMA_VERSION and attrs[schema.ATTR_COMPLETE] is True
     assert [c["code"] for c in attrs[schema.ATTR_CLASSES]] == [10, 30, 40, 80]
     images = ds[schema.IMAGES].values
-    band = images[:, 3]
+    band = images[:, 0, 3]
     valid = band[band != 0].astype(np.float64)
     assert attrs[schema.ATTR_STATISTICS]["mean"][3] == pytest.approx(valid.mean())
     assert attrs[schema.ATTR_STATISTICS]["std"][3] == pytest.approx(valid.std())
@@ -135,7 +136,7 @@ def test_band_directories_resample_20m_bands_onto_the_10m_grid(rasters, tmp_path
         original = src.read()
     for t in range(0, ds.sizes["tile"], 7):
         r, c = int(ds.row_off[t]), int(ds.col_off[t])
-        tile = ds[schema.IMAGES][t].values.astype(np.float64)
+        tile = ds[schema.IMAGES][t, 0].values.astype(np.float64)
         truth = original[:, r : r + 32, c : c + 32].astype(np.float64)
         np.testing.assert_array_equal(tile[[0, 1, 2, 6]], truth[[0, 1, 2, 6]])  # the 10 m bands, untouched
         inner = (slice(2, -2), slice(2, -2))

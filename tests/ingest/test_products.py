@@ -85,7 +85,7 @@ def test_safe_bands_land_on_the_reflectance_scale_and_scl_clouds_are_nodata(safe
     half = (SIZE + 1) // 2
     cloud = np.zeros((SIZE, SIZE), bool)
     cloud[2 * int(r0 * half): 2 * int(r1 * half), 2 * int(c0 * half): 2 * int(c1 * half)] = True
-    images, rows, cols = group[schema.IMAGES][:], group[schema.ROW_OFF][:], group[schema.COL_OFF][:]
+    images, rows, cols = group[schema.IMAGES][:, 0], group[schema.ROW_OFF][:], group[schema.COL_OFF][:]  # one date
     seen_cloud = seen_clear = 0
     for tile, row, col in zip(images, rows, cols, strict=True):
         window = (slice(row, row + 32), slice(col, col + 32))
@@ -107,7 +107,7 @@ def test_scl_classes_are_configurable(safe_sets, tmp_path, capsys):
     assert code == 0, err
     group = zarr.open_group(tmp_path / "s.zarr", mode="r")
     assert group.attrs[schema.ATTR_SCENES][0]["mask"]["nodata_classes"] == [0, 1, 3, 9, 10]
-    assert (group[schema.IMAGES][:, 0] == 5500).sum() > 100  # CLOUD_DN, the offset removed
+    assert (group[schema.IMAGES][:, 0, 0] == 5500).sum() > 100  # CLOUD_DN, the offset removed
 
 
 def test_landsat_band_folder_is_never_taken_for_sentinel2(tmp_path, capsys):
@@ -138,7 +138,7 @@ def test_landsat_band_folder_is_never_taken_for_sentinel2(tmp_path, capsys):
     with rasterio.open(next(folder.glob("*_QA_PIXEL.TIF"))) as src:
         flagged = (src.read(1) & 0b111111) != 0
     group = zarr.open_group(tmp_path / "ls.zarr", mode="r")
-    images, rows, cols = group[schema.IMAGES][:], group[schema.ROW_OFF][:], group[schema.COL_OFF][:]
+    images, rows, cols = group[schema.IMAGES][:, 0], group[schema.ROW_OFF][:], group[schema.COL_OFF][:]  # one date
     seen_flagged = seen_clear = 0
     for tile, row, col in zip(images, rows, cols, strict=True):
         window = (slice(row, row + 32), slice(col, col + 32))

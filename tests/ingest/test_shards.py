@@ -1,4 +1,4 @@
-"""eoscale.ingest.shards writes a shard with the very bytes zarr writes for the same data, and zarr reads it back."""
+"""eoscale.store.writer (eoscale.ingest.shards before) writes a shard with the very bytes zarr writes for the same data, and zarr reads it back."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import zarr
 
-from eoscale.ingest.shards import _chunk_encoders, write_whole_shard
 from eoscale.ingest.skeleton import CODECS, make_codec
+from eoscale.store.writer import _chunk_encoders, write_whole_shard
 
 TILES, SHARD = 21, 8  # three shards, the last one partial
 
@@ -27,7 +27,9 @@ def _pair(tmp_path, codec: str, dtype: str, shape: tuple[int, ...], chunks: tupl
 
 
 @pytest.mark.parametrize("codec", CODECS)
-@pytest.mark.parametrize("dtype,shape", [("uint16", (3, 8, 8)), ("uint8", (8, 8))])
+# images of schema version 1 (band, y, x), of version 2 (time, band, y, x) with one and with several dates; labels
+@pytest.mark.parametrize("dtype,shape", [("uint16", (3, 8, 8)), ("uint16", (1, 3, 8, 8)), ("uint16", (2, 3, 8, 8)),
+                                         ("uint8", (8, 8))])
 def test_a_shard_holds_the_bytes_zarr_writes(tmp_path, codec, dtype, shape):
     data = _data(dtype, shape)
     by_zarr, ours = _pair(tmp_path, codec, dtype, shape)
@@ -62,3 +64,9 @@ def test_a_shard_of_the_wrong_length_is_refused(tmp_path):
     _, ours = _pair(tmp_path, "none", "uint8", (8, 8))
     with pytest.raises(ValueError, match="holds 5 rows"):
         write_whole_shard(ours, 2, np.zeros((SHARD, 8, 8), np.uint8))
+
+
+def test_the_old_import_path_still_works():
+    from eoscale.ingest import shards
+
+    assert shards.write_whole_shard is write_whole_shard

@@ -61,7 +61,7 @@ def _ingest(tmp_path: Path, scenes: list[Path], *extra: str) -> Path:
 def _missing_per_scene(store: Path) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per scene index: its grid of labels, of 'every band at the store's nodata', and of pixel values."""
     group = zarr.open_group(str(store), mode="r")
-    images, labels = group[schema.IMAGES][:], group[schema.LABELS][:]
+    images, labels = group[schema.IMAGES][:, 0], group[schema.LABELS][:]  # images: the one date
     nodata = group.attrs[schema.ATTR_NODATA]
     out = {}
     for s in np.unique(group[schema.SCENE][:]):
