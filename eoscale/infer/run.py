@@ -171,6 +171,9 @@ def _arguments(config: PredictConfig) -> dict:
 
     arguments = {flag(f.name): getattr(config, f.name) for f in fields(config) if f.name not in PER_PROCESS}
     arguments["scene files"] = scene_paths(config.inputs) if config.inputs else []
+    if config.checkpoint and os.path.isfile(config.checkpoint):
+        # by name and size: a registered model's file is in each node's cache folder, whose path may differ
+        arguments[flag("checkpoint")] = f"{Path(config.checkpoint).name} ({os.path.getsize(config.checkpoint)} bytes)"
     return arguments
 
 

@@ -130,14 +130,15 @@ def progress_bar(stream=None) -> BaseProgressBar:
 
 
 class LineProgress(BaseProgressBar):
-    """Progress as whole lines, for logs: `epoch E step S/MAX batch B/N name=value …` every `every` steps and at
-    the end of each epoch, and `validation after step S: name=value …` after each validation; printed by rank 0.
+    """Progress as whole lines, for logs: `epoch E (to step MAX): step S, batch B/N: name=value …` every `every`
+    steps and at the end of each epoch (`epoch E (to step MAX) done: …`), and `validation after step S: name=value …` after each validation; printed by rank 0.
     Like `ProgressBar`, it computes the epoch's metrics on every rank, in the same order (see there why)."""
 
     def __init__(self, every: int | None = None) -> None:
         super().__init__()
         self.every = max(1, int(LINE_EVERY if every is None else every))
         self._enabled = True
+        self._batches = 0  # of this epoch, so far
 
     def disable(self) -> None:
         self._enabled = False
@@ -149,15 +150,18 @@ class LineProgress(BaseProgressBar):
     def is_enabled(self) -> bool:
         return self._enabled
 
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._batches = 0
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
-        last = isinstance(self.total_train_batches, int) and batch_idx + 1 == self.total_train_batches
-        if self._enabled and not last and trainer.global_step % self.every == 0:  # the last: at the epoch's end
+        self._batches = batch_idx + 1
+        if self._enabled and trainer.global_step % self.every == 0:
             self._line(trainer, pl_module, batch_idx + 1)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         trainer.callback_metrics  # noqa: B018  (on every rank: computes and caches every epoch metric)
         if self._enabled:
-            self._line(trainer, pl_module, self.train_batch_idx, end=True)
+            self._line(trainer, pl_module, self._batches, end=True)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         metrics = trainer.callback_metrics  # on every rank, as above
@@ -166,12 +170,17 @@ class LineProgress(BaseProgressBar):
             print(f"validation after step {trainer.global_step}: {_values(shown)}", flush=True)
 
     def _line(self, trainer, pl_module, batches: int, *, end: bool = False) -> None:
-        total = self.total_train_batches
-        steps = f"/{trainer.max_steps}" if trainer.max_steps and trainer.max_steps > 0 else ""
-        of = f"/{total}" if isinstance(total, int) else ""
+        total = trainer.num_training_batches  # (the base class's total_train_batches counts down to max_steps)
+        if trainer.max_steps and trainer.max_steps > 0:  # as the rich bar says it (`ProgressBar`)
+            epoch = f"epoch {trainer.current_epoch} (to step {trainer.max_steps})"
+        elif trainer.max_epochs and trainer.max_epochs > 0:
+            epoch = f"epoch {trainer.current_epoch} of {trainer.max_epochs}"
+        else:
+            epoch = f"epoch {trainer.current_epoch}"
+        of = f"/{total}" if isinstance(total, int) and total > 0 else ""
         metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
-        print(f"epoch {trainer.current_epoch} {'end, ' if end else ''}step {trainer.global_step}{steps} batch "
-              f"{batches}{of} {_values(metrics)}".rstrip(), flush=True)
+        print(f"{epoch}{' done' if end else ''}: step {trainer.global_step}, batch {batches}{of}: "
+              f"{_values(metrics)}".rstrip(": "), flush=True)
 
 
 def _values(metrics: dict) -> str:

@@ -36,8 +36,9 @@ def test_a_fit_into_a_file_writes_whole_lines(store: Path, tmp_path: Path, capsy
     assert code == 0, out[-3000:]
     assert "…" not in out and "\r" not in out, out[-3000:]  # no cell cut short, no line redrawn in place
     lines = out.splitlines()
-    steps = [line for line in lines if line.startswith("epoch 0 step ")]
-    assert steps and all("/4 batch " in line and "train_loss_step=" in line for line in steps), lines
+    steps = [line for line in lines if line.startswith("epoch 0 (to step 4): step 2, batch 2/")]
+    assert steps and all("train_loss_step=" in line for line in steps), lines
+    assert [line for line in lines if line.startswith("epoch ") and " done: step " in line and "train_loss_epoch=" in line], lines
     assert [line for line in lines if line.startswith("validation after step 2: ") and "val_miou=" in line], lines
     assert [line for line in lines if line.startswith("validation after step 4: ")], lines
 
