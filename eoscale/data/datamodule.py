@@ -37,9 +37,11 @@ one by hand calls `normalise` on each batch, after moving it to its device:
         batch = dm.normalise({k: v.to(device, non_blocking=True) for k, v in batch.items()})
 
 Each epoch delivers every tile of a split once across all ranks and workers, with one documented exception
-(`eoscale.data.partition`): with W ranks, training drops at most W − 1 tiles of the epoch's shuffled order and
-validation, test and prediction repeat at most W − 1 tiles, so that every rank takes the same number of
-steps; use the `tile` ids to drop the repeats where they matter (with one rank there are none).
+(`eoscale.data.partition`): so that every rank takes the same number of steps, training leaves out
+`d = n − W·L` tiles an epoch (W ranks of L tiles: at most W − 1, and one a rank more where a rank's share would
+end in a batch of one), other ones each epoch, in turn through the split (each once every n / d epochs; any
+two consecutive epochs train on every tile), and validation, test and prediction repeat at most W − 1 tiles;
+use the `tile` ids to drop the repeats where they matter (with one rank there are none).
 """
 
 from __future__ import annotations

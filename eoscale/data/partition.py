@@ -4,15 +4,23 @@ A split is one contiguous range of tiles `[start, stop)` (see `eoscale.schema`),
 (`train_subset`), a sorted list of disjoint ranges; shard boundaries cut them into *shard runs*, the units read
 in one go. Each epoch:
 
+0. **left out** (training only): every rank takes the same `L` tiles (below), so an epoch trains on `L·W` of the
+   split's `n` tiles and leaves out `d = n − L·W`: `n mod W` (at most `W − 1`), and one a rank more where `L`
+   would end in a batch of one (`rank_length`). Which ones rotates (`left_out`): epoch `e` leaves out the `d`
+   tiles at positions `[e·d, e·d + d)` (mod `n`) of the split in store order, so a tile is left out once every
+   `n / d` epochs, none twice within `⌊n / d⌋` consecutive epochs, and every tile is trained on in any two
+   consecutive epochs (while `d ≤ n / 2`). (Before, the last `d` tiles of the epoch's shuffled sequence were
+   left out: the tails of whichever shard came last, so the tiles at the start of a shard were never left out
+   and those at its end were, again and again.) The rest are each delivered exactly once;
 1. **order**: the shards are permuted with `rng(seed, epoch)` for training, each carrying its runs along in
    store order, so that a shard file is read once per epoch even when a subset holds several runs of it
-   (validation, test and prediction keep store order), giving one sequence of the split's `n` tiles, the
+   (validation, test and prediction keep store order), giving one sequence of the epoch's tiles, the
    same on every rank;
-2. **ranks**: rank `r` of `W` takes positions `[r·L, (r+1)·L)` of that sequence. Training uses `L = n // W` and
-   drops the last `n mod W` tiles of the epoch's sequence (at most `W − 1` tiles, different ones each epoch),
-   and one tile a rank more where `L` would end in a batch of one (`rank_length`);
+2. **ranks**: rank `r` of `W` takes positions `[r·L, (r+1)·L)` of that sequence. Training uses `L = n // W`, or
+   one less where that would end in a batch of one, and its sequence holds `L·W` tiles (step 0);
    evaluation uses `L = ceil(n / W)` and wraps around, so the first `L·W − n` tiles (at most `W − 1`) are
-   delivered twice and metrics see every tile. With `W = 1` nothing is dropped or repeated;
+   delivered twice and metrics see every tile. With `W = 1` nothing is left out or repeated (unless `n` would
+   end in a batch of one: then one tile, rotating as above);
 3. **batches**: every rank has `ceil(L / batch_size)` batches (only the last may be short), so every rank
    takes the same number of steps and DDP's collectives never wait on a rank that has run dry;
 4. **workers**: a rank's batches are dealt to its `K` DataLoader workers as contiguous blocks of whole
@@ -138,6 +146,35 @@ def worker_delivered(delivered: int, worker: int, workers: int) -> int:
     return delivered // workers + (worker < delivered % workers)
 
 
+def left_out(split, world_size: int, *, pad: bool, batch_size: int, epoch: int) -> np.ndarray:
+    """The store ranges of the tiles that `epoch` of training leaves out (step 0 of the module docstring):
+    `d = n − L·W` tiles from position `epoch·d` (mod `n`) of the split's tiles in store order; none when padding."""
+    total = range_tiles(split)
+    count = 0 if pad else total - world_size * rank_length(total, world_size, pad=pad, batch_size=batch_size)
+    if count <= 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    return take(as_ranges(split), (epoch * count) % total, count)
+
+
+def without(split, out: np.ndarray) -> np.ndarray:
+    """The sorted disjoint ranges of `split` less the tiles of the ranges `out` (disjoint, any order)."""
+    ranges = as_ranges(split)
+    if len(out) == 0:
+        return ranges
+    cuts = out[np.argsort(out[:, 0])].tolist()
+    kept: list[tuple[int, int]] = []
+    for a, b in ranges.tolist():
+        for c, d in cuts:
+            if d <= a or c >= b:
+                continue
+            if c > a:
+                kept.append((a, c))
+            a = max(a, d)
+        if a < b:
+            kept.append((a, b))
+    return np.asarray(kept, dtype=np.int64).reshape(-1, 2)
+
+
 def take(runs: np.ndarray, offset: int, length: int) -> np.ndarray:
     """Positions `[offset, offset + length)` of the tile sequence that `runs` spell out, as store ranges.
 
@@ -189,8 +226,9 @@ def plan_epoch(
 ) -> EpochPlan:
     """What worker `worker` of rank `rank` reads in `epoch` (see the module docstring for the rules); `split`
     is `(start, stop)` or a sorted list of disjoint ranges."""
-    runs = epoch_runs(split_runs(split, shard_tiles), seed=seed, epoch=epoch, shuffle=shuffle, shard_tiles=shard_tiles)
     length = rank_length(range_tiles(split), world_size, pad=pad, batch_size=batch_size)
+    kept = without(split, left_out(split, world_size, pad=pad, batch_size=batch_size, epoch=epoch))
+    runs = epoch_runs(split_runs(kept, shard_tiles), seed=seed, epoch=epoch, shuffle=shuffle, shard_tiles=shard_tiles)
     rank_batches = num_batches(length, batch_size)
     first, stop = worker_batches(rank_batches, worker, workers)
     lo, hi = first * batch_size, min(stop * batch_size, length)

@@ -96,7 +96,7 @@ class TileStream(IterableDataset):
         self.direct_decode = direct_decode
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume = torch.tensor([-1, 0], dtype=torch.int64).share_memory_()  # (epoch, batches to leave out)
-        self.pad = not shuffle  # training drops at most W-1 tiles (W more to avoid a batch of one), evaluation repeats at most W-1 (partition.py)
+        self.pad = not shuffle  # training leaves out at most W-1 tiles (W more to avoid a batch of one), other ones each epoch; evaluation repeats at most W-1 (partition.py)
         self._readers: tuple | None = None  # (pid, images, labels, complete) of the process that opened them
         self.handover: Handover | None = None  # set in TileLoader's workers only
         self.private_shared = False  # TileLoader sets it: allocate worker batches in shared memory directly

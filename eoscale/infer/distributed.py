@@ -24,14 +24,28 @@ with one line naming the lost process (exit code 1), when a process it waits for
 - never wrote a heartbeat within `START_WITHIN_S` (10 min) of the wait's start;
 - beats but its work has not advanced for the longer of `STALL_MIN_S` (10 min) and the time it had worked
   until its last step (a hung process; a scene's COG is written in one step, which takes a fraction of the
-  time its prediction took).
+  time its prediction took);
+- finished (every process it waits for has), and what it waits for has not appeared `SILENT_AFTER_S` later.
 
 The finalising process fails before it writes any output, so nothing that looks finished is left behind.
+
+Before any work, the processes of an srun or torchrun run meet at a *rendezvous* (`rendezvous`): each writes a
+note of its arguments (the options that decide the work, and the scene files they name) into the run's work
+folder and waits for every other process's note. Processes given different arguments would deal different work
+to each other and wait for parts nobody writes (a user's own `srun` line that gives each task its own scene is
+the usual case: those are independent runs, `EOSCALE_INDEPENDENT_TASKS=1`); so every process compares the notes
+and, where they differ, all stop in one line that names what differs and that variable (exit code 2). A process
+that does not arrive within `EOSCALE_RENDEZVOUS_TIMEOUT` seconds (default `START_WITHIN_S`) is named in one line
+(exit code 1): it failed to start, or was given another `--output` (its notes go to another folder).
+Differing arguments are refused rather than taken for independent runs: processes that share a run id and an
+output folder cannot become separate runs after the fact (their work folders are one), and a user who meant one
+run over several processes would get a silent change of plan instead of the fix.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -53,6 +67,7 @@ HEARTBEAT_S = 2.0
 SILENT_AFTER_S = 60.0
 START_WITHIN_S = 600.0
 STALL_MIN_S = 600.0
+RENDEZVOUS_TIMEOUT = "EOSCALE_RENDEZVOUS_TIMEOUT"  # seconds a process waits for the others at the rendezvous
 
 
 class PeerLostError(UserError, RuntimeError):
@@ -153,6 +168,76 @@ def first_failure(work: Path) -> tuple[int, str] | None:
     if not notes:
         return None
     return int(notes[0].name.rsplit("-", 1)[1]), notes[0].read_text()
+
+
+# -- the rendezvous ------------------------------------------------------------------------------------------
+def arguments_path(work: Path, rank: int) -> Path:
+    return Path(work) / f"arguments-rank-{rank:04d}.json"
+
+
+def rendezvous_timeout() -> float:
+    text = os.environ.get(RENDEZVOUS_TIMEOUT, "").strip()
+    try:
+        seconds = float(text) if text else START_WITHIN_S
+    except ValueError:
+        raise InputError(f"{RENDEZVOUS_TIMEOUT}={text!r}: give a number of seconds, e.g. 600") from None
+    if not seconds > 0:
+        raise InputError(f"{RENDEZVOUS_TIMEOUT}={text!r}: give a number of seconds above 0, e.g. 600")
+    return seconds
+
+
+def rendezvous(work: Path, rank: int, world: int, arguments: dict, *, timeout: float | None = None) -> None:
+    """Meet the other `world - 1` processes of the run in `work`: leave this process's `arguments` (JSON-able,
+    keyed by the flag that gives each), wait for every other process's, and stop, on every process alike, where
+    any differs from process 0's (`InputError`, naming `EOSCALE_INDEPENDENT_TASKS` and what differs) or where a
+    process has not arrived within `timeout` seconds (`PeerLostError`, naming it). A process that failed before
+    it got here and left a note (`report_failure`) stops the others at once with its error."""
+    timeout = rendezvous_timeout() if timeout is None else timeout
+    digest = hashlib.sha256(json.dumps(arguments, sort_keys=True, default=str).encode()).hexdigest()
+    work.mkdir(parents=True, exist_ok=True)
+    staged = work / f".arguments-rank-{rank:04d}.json.partial"
+    staged.write_text(json.dumps({"digest": digest, "arguments": arguments}, sort_keys=True, default=str))
+    os.replace(staged, arguments_path(work, rank))  # a process reading it never reads it half-written
+    notes: dict[int, dict] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        for other in range(world):
+            if other not in notes:
+                with contextlib.suppress(FileNotFoundError, ValueError):  # not there yet, or caught mid-write
+                    notes[other] = json.loads(arguments_path(work, other).read_text())
+        if len(notes) == world:
+            break
+        _raise_reported(work, "the other processes at the start of the run")
+        if time.monotonic() > deadline:
+            missing = [r for r in range(world) if r not in notes]
+            raise PeerLostError(
+                f"process {missing[0]}{f' (and {len(missing) - 1} more)' if len(missing) > 1 else ''} of the "
+                f"{world} did not reach the start of the run in {timeout:.0f} s ({RENDEZVOUS_TIMEOUT}), looked for "
+                f"in {work}: it failed to start (see its log) or was given another --output; the tasks of one srun "
+                f"step are the processes of one run and take the same command; for separate runs set "
+                f"{INDEPENDENT}=1")
+        time.sleep(POLL_S)
+    differ = [r for r in range(world) if notes[r].get("digest") != notes[0].get("digest")]
+    if differ:
+        raise InputError(f"the {world} processes of this run were given different arguments ({_difference(notes, differ[0])}"
+                         f"{f'; {len(differ)} processes differ from process 0' if len(differ) > 1 else ''}): the "
+                         f"tasks of one srun step (or torchrun) are the processes of one run and take the same "
+                         f"command; to run each task on its own inputs as a separate run, set {INDEPENDENT}=1")
+
+
+def _difference(notes: dict[int, dict], rank: int) -> str:
+    """What process `rank`'s arguments have that process 0's have not, shortly: `--input: process 0 [...], process
+    1 [...]` for the first option that differs."""
+    ours, theirs = notes[0].get("arguments", {}), notes[rank].get("arguments", {})
+    for key in sorted(set(ours) | set(theirs)):
+        if ours.get(key) != theirs.get(key):
+            return f"{key}: process 0 {_short(ours.get(key))}, process {rank} {_short(theirs.get(key))}"
+    return f"process {rank}'s note differs from process 0's"
+
+
+def _short(value: object, limit: int = 120) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def wait_for(ready: Callable[[], bool], work: Path, *, what: str, peers: Peers | None = None) -> None:
@@ -305,6 +390,7 @@ class Peers:
         self._here = _process_identity()
         self._began = time.monotonic()
         self._seen: dict[int, _Seen] = {}
+        self._done: dict[int, tuple[float, str]] = {}  # rank: (when this process first saw it done, who)
 
     def lost(self) -> str | None:
         """A description of the first process found dead or hung, None if all look well."""
@@ -320,6 +406,7 @@ class Peers:
             except (OSError, ValueError):  # caught mid-rewrite: look again next time
                 continue
             if note.get("done"):
+                self._done.setdefault(rank, (now, f"process {rank} (pid {note.get('pid')} on {note.get('host')})"))
                 continue
             seen = self._seen.get(rank)
             if seen is None or seen.text != text:
@@ -335,6 +422,12 @@ class Peers:
             stall = max(self.stall_min, float(note.get("worked_s", 0.0)))
             if now - seen.progress_at > stall:
                 return f"{where} is alive but its work has not advanced for {now - seen.progress_at:.0f} s"
+        # every process waited for has finished, and what they were to write is still not here after the time a
+        # shared file system may take to show it: nobody will write it (processes that dealt the work otherwise)
+        if self.ranks and all(r in self._done for r in self.ranks):
+            last = max(at for at, _ in self._done.values())
+            if now - last > self.silent_after:
+                return f"{self._done[self.ranks[0]][1]} finished {now - last:.0f} s ago without writing its share"
         return None
 
     def _same_machine(self, note: dict) -> bool:

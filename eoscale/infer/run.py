@@ -36,6 +36,7 @@ from eoscale.infer.distributed import (
     left_over_runs,
     new_run_id,
     ranks_from_environment,
+    rendezvous,
     report_failure,
     spawn,
     wait_for,
@@ -122,9 +123,20 @@ class Plan:
 def predict(config: PredictConfig) -> RunResult | None:
     """Predict every scene of `config`; the results on the process that coordinates the run, None on others."""
     started = time.perf_counter()
-    check_config(config)
     ranks = ranks_from_environment()
     output = Path(config.output)
+    if ranks is not None:
+        # the processes of one run agree on their arguments before any work (eoscale.infer.distributed)
+        work = output / WORK_DIR / ranks.run_id
+        try:
+            check_config(config)
+            arguments = _arguments(config)
+        except BaseException as err:
+            report_failure(work, ranks.rank, err)  # the others stop at the rendezvous, not after its timeout
+            raise
+        rendezvous(work, ranks.rank, ranks.world, arguments)
+    else:
+        check_config(config)
     if ranks is None or ranks.rank == 0:
         _tidy_left_overs(output / WORK_DIR, keep=ranks.run_id if ranks else "")
     if ranks is not None:
@@ -143,6 +155,24 @@ def predict(config: PredictConfig) -> RunResult | None:
             plan = run_rank(0, 1, run_id, config)
     scenes = collect(config, run_id, [s.id for s in plan.scenes], peers=peers)
     return RunResult(scenes, plan.model.backbone, processes, time.perf_counter() - started, plan.model.contract.target)
+
+
+PER_PROCESS = ("devices", "readers", "progress")  # options that may differ between the processes of one run
+
+
+def _arguments(config: PredictConfig) -> dict:
+    """What the processes of one run must agree on (`rendezvous`): every option that decides the work, by its
+    flag, and the scene files `--input` names (a glob may match other files on a node that started later)."""
+    from dataclasses import fields
+
+    from eoscale.infer.config import flag
+
+    arguments = {flag(f.name): getattr(config, f.name) for f in fields(config) if f.name not in PER_PROCESS}
+    arguments["scene files"] = scene_paths(config.inputs) if config.inputs else []
+    if config.checkpoint and os.path.isfile(config.checkpoint):
+        # by name and size: a registered model's file is in each node's cache folder, whose path may differ
+        arguments[flag("checkpoint")] = f"{Path(config.checkpoint).name} ({os.path.getsize(config.checkpoint)} bytes)"
+    return arguments
 
 
 def _tidy_left_overs(root: Path, *, keep: str) -> None:

@@ -146,14 +146,14 @@ class EoscaleCLI(LightningCLI):
         from lightning.pytorch.callbacks import ModelSummary as AnySummary
         from lightning.pytorch.callbacks import ProgressBar as AnyBar
 
-        from eoscale.train.quiet import ModelSummary, ProgressBar
+        from eoscale.train.quiet import ModelSummary, progress_bar
 
         config = self.config_init[self.subcommand] if self.subcommand else self.config_init
         trainer = config.get("trainer", {})
         given = kwargs.pop("callbacks", None) or trainer.get("callbacks") or []
         callbacks = list(given) if isinstance(given, list | tuple) else [given]  # a config may name just one
         if trainer.get("enable_progress_bar") is not False and not any(isinstance(c, AnyBar) for c in callbacks):
-            callbacks.append(ProgressBar())
+            callbacks.append(progress_bar())  # whole lines where stdout is not a terminal
         if trainer.get("enable_model_summary") is not False and not any(isinstance(c, AnySummary) for c in callbacks):
             callbacks.append(ModelSummary())
         if SLURMEnvironment.detect() and not any(isinstance(c, SlurmRequeue) for c in callbacks):

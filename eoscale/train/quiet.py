@@ -17,15 +17,20 @@ eoscale user nothing or something wrong:
 
 `ModelSummary` is Lightning's rich model summary without the FLOPs column and "Total FLOPs: 0" line, which
 Lightning prints for every model that sets no `example_input_array`; `ProgressBar` is its rich progress bar
-without "Epoch 6/-2" when a run is bounded by steps (it says the step and `max_steps` instead).
+without "Epoch 6/-2" when a run is bounded by steps (it says the step and `max_steps` instead). Where standard output
+is not a terminal (a Slurm log, a pipe), `progress_bar()` gives `LineProgress` instead: whole lines every
+`LINE_EVERY` steps and at each epoch's and validation's end; the rich bar, drawn for a file, left half-drawn table
+cells there (`train_loss_ste…`).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import Any
 
+from lightning.pytorch.callbacks import ProgressBar as BaseProgressBar
 from lightning.pytorch.callbacks import RichModelSummary, RichProgressBar
 
 from eoscale.track.logger import quiet_store_creation
@@ -113,3 +118,76 @@ class ProgressBar(RichProgressBar):
         if trainer.max_steps and trainer.max_steps > 0:
             text += f" (to step {trainer.max_steps})"
         return f"{text:{len(self.validation_description)}}"
+
+
+LINE_EVERY = 50  # training steps between two lines of `LineProgress`
+
+
+def progress_bar(stream=None) -> BaseProgressBar:
+    """The rich bar on a terminal, whole lines (`LineProgress`) where `stream` (standard output) is not one."""
+    stream = sys.stdout if stream is None else stream
+    return ProgressBar() if getattr(stream, "isatty", lambda: False)() else LineProgress()
+
+
+class LineProgress(BaseProgressBar):
+    """Progress as whole lines, for logs: `epoch E (to step MAX): step S, batch B/N: name=value …` every `every`
+    steps and at the end of each epoch (`epoch E (to step MAX) done: …`), and `validation after step S: name=value …` after each validation; printed by rank 0.
+    Like `ProgressBar`, it computes the epoch's metrics on every rank, in the same order (see there why)."""
+
+    def __init__(self, every: int | None = None) -> None:
+        super().__init__()
+        self.every = max(1, int(LINE_EVERY if every is None else every))
+        self._enabled = True
+        self._batches = 0  # of this epoch, so far
+
+    def disable(self) -> None:
+        self._enabled = False
+
+    def enable(self) -> None:
+        self._enabled = True
+
+    @property
+    def is_enabled(self) -> bool:
+        return self._enabled
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._batches = 0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        self._batches = batch_idx + 1
+        if self._enabled and trainer.global_step % self.every == 0:
+            self._line(trainer, pl_module, batch_idx + 1)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        trainer.callback_metrics  # noqa: B018  (on every rank: computes and caches every epoch metric)
+        if self._enabled:
+            self._line(trainer, pl_module, self._batches, end=True)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        metrics = trainer.callback_metrics  # on every rank, as above
+        if self._enabled and not trainer.sanity_checking:
+            shown = {k: v for k, v in metrics.items() if k.startswith("val_") and "/" not in k}
+            print(f"validation after step {trainer.global_step}: {_values(shown)}", flush=True)
+
+    def _line(self, trainer, pl_module, batches: int, *, end: bool = False) -> None:
+        total = trainer.num_training_batches  # (the base class's total_train_batches counts down to max_steps)
+        if trainer.max_steps and trainer.max_steps > 0:  # as the rich bar says it (`ProgressBar`)
+            epoch = f"epoch {trainer.current_epoch} (to step {trainer.max_steps})"
+        elif trainer.max_epochs and trainer.max_epochs > 0:
+            epoch = f"epoch {trainer.current_epoch} of {trainer.max_epochs}"
+        else:
+            epoch = f"epoch {trainer.current_epoch}"
+        of = f"/{total}" if isinstance(total, int) and total > 0 else ""
+        metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
+        print(f"{epoch}{' done' if end else ''}: step {trainer.global_step}, batch {batches}{of}: "
+              f"{_values(metrics)}".rstrip(": "), flush=True)
+
+
+def _values(metrics: dict) -> str:
+    def text(value: Any) -> str:
+        try:
+            return f"{float(value):.4g}"
+        except (TypeError, ValueError):
+            return str(value)
+
+    return " ".join(f"{name}={text(value)}" for name, value in sorted(metrics.items()))

@@ -66,6 +66,8 @@ def test_two_ranks_two_workers_deliver_each_tile_once(store, tmp_path):
         assert len(tiles) == WORLD * _per_rank(n)
         assert [len(r[name]) for r in ranks] == [r["len_train"] for r in ranks]  # len() is right
         assert len({len(r[name]) for r in ranks}) == 1  # equal steps on every rank
+    # the tiles left out rotate (`partition.left_out`): two consecutive epochs train on every tile
+    assert {t for r in ranks for name in ("epoch0", "epoch1") for batch in r[name] for t in batch} == set(range(start, stop))
     assert all(r["epoch0"] != r["epoch1"] for r in ranks)  # a new order each epoch
     assert all(r["epoch0"] == r["epoch0_again"] for r in ranks)  # the same for the same seed and epoch
 

@@ -12,6 +12,7 @@ import pytest
 from eoscale.data.partition import (
     SUBSET_RUN,
     epoch_runs,
+    left_out,
     num_batches,
     plan_epoch,
     range_tiles,
@@ -20,6 +21,7 @@ from eoscale.data.partition import (
     split_runs,
     take,
     train_subset,
+    without,
     worker_batches,
 )
 
@@ -149,3 +151,41 @@ def test_a_list_of_ranges_is_delivered_once_and_each_shard_read_in_one_go(world,
     shards = (runs[:, 0] // 8).tolist()
     assert sorted(shards) == (split_runs(split, 8)[:, 0] // 8).tolist()
     assert len({s for s in shards}) == sum(1 for a, b in zip([None] + shards, shards, strict=False) if a != b)
+
+
+@pytest.mark.parametrize("split", [(0, 179), train_subset((5, 403), 0.45, seed=3)], ids=["range", "subset"])
+@pytest.mark.parametrize("world,workers,batch", [(2, 2, 4), (3, 2, 4), (1, 3, 2), (4, 1, 8)])
+def test_the_tiles_training_leaves_out_rotate_from_epoch_to_epoch(split, world, workers, batch):
+    """Issue 32, fault 2 (179 train tiles, 2 ranks × 2 workers, batch 4: 3 left out an epoch). They were the last
+    tiles of the epoch's shuffled order, the ends of whichever shard came last, so a shard's first tiles were
+    never left out and its last ones again and again. Now `left_out` moves through the split in store order:
+    each epoch delivers the rest exactly once, every tile is trained on in any two consecutive epochs, and none
+    is left out twice within ⌊n / d⌋ consecutive epochs."""
+    wanted = {t for a, b in np.asarray(split).reshape(-1, 2) for t in range(a, b)}
+    n = len(wanted)
+    d = n - world * _training_length(n, world, batch)
+    assert d > 0  # the cases where something is left out
+    epochs, missed = n // d, Counter()
+    delivered_before = None
+    for epoch in range(epochs + 1):
+        tiles, batches = _epoch(split, world=world, workers=workers, batch=batch, epoch=epoch, seed=5)
+        delivered = [t for ids in tiles.values() for t in ids]
+        assert len(delivered) == len(set(delivered)) == n - d and set(delivered) <= wanted
+        assert len(set(batches.values())) == 1
+        out = wanted - set(delivered)
+        assert out == {t for a, b in left_out(split, world, pad=False, batch_size=batch, epoch=epoch)
+                       for t in range(a, b)}
+        if epoch < epochs:
+            missed.update(out)
+        if delivered_before is not None:
+            assert delivered_before | set(delivered) == wanted  # any two consecutive epochs train on every tile
+        delivered_before = set(delivered)
+    assert max(missed.values()) == 1 and len(missed) == epochs * d
+
+
+def test_without_cuts_ranges_out_of_a_split():
+    split = np.array([[0, 10], [20, 30]])
+    assert without(split, np.array([[25, 30], [8, 12]])).tolist() == [[0, 8], [20, 25]]
+    assert without(split, np.zeros((0, 2), dtype=np.int64)).tolist() == split.tolist()
+    assert left_out((0, 10), 3, pad=False, batch_size=1, epoch=4).tolist() == [[4, 5]]  # 1 out, at 4·1
+    assert left_out((0, 10), 3, pad=True, batch_size=1, epoch=4).shape == (0, 2)
