@@ -22,8 +22,9 @@ CHECKED = Checked("deepspeed", "0.19", "0.20",
                   "DeepSpeedZeroOptimizer_Stage3._create_fp32_partitions and deepspeed.comm.torch.build_shm_op")
 
 
-def import_deepspeed() -> ModuleType:
-    """`deepspeed`, imported with eoscale's environment, or `MissingExtraError` naming `eoscale[deepspeed]`."""
+def set_environment() -> None:
+    """The environment DeepSpeed reads when it is imported; set before anything may import it (jsonargparse does,
+    resolving `ZeroStrategy`'s signature through Lightning's `if TYPE_CHECKING: import deepspeed`)."""
     # DeepSpeed compiles its C++/CUDA ops when first used unless they were built at install; with DS_BUILD_OPS=0
     # (scripts/setup.sh) none were, and eoscale uses none
     os.environ.setdefault("DS_BUILD_OPS", "0")
@@ -33,6 +34,11 @@ def import_deepspeed() -> ModuleType:
 
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+def import_deepspeed() -> ModuleType:
+    """`deepspeed`, imported with eoscale's environment, or `MissingExtraError` naming `eoscale[deepspeed]`."""
+    set_environment()
     return require_extra("deepspeed")
 
 

@@ -87,7 +87,7 @@ def _fit_args(work: Path, overlay: Path, strategy: str, repeat: int, steps: int)
 
 def _worker(argv: list[str]) -> None:
     """One rank of the torchrun: every strategy, `repeats` times, alternating the order."""
-    from eoscale.train.launch.cli import main as fit
+    from eoscale.train.launch.main import main as fit
 
     work, overlay, steps, repeats, *strategies = Path(argv[0]), Path(argv[1]), int(argv[2]), int(argv[3]), *argv[4:]
     for repeat in range(repeats):

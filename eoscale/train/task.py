@@ -3,7 +3,14 @@
 and imports of it, keep working."""
 
 from eoscale.train.tasks.base import BaseTask, warmup_cosine
-from eoscale.train.tasks.segmentation import SPLITS, Loss, SegmentationLoss, SegmentationTask, _metric_name, dice_loss
+from eoscale.train.tasks.segmentation import (
+    SPLITS,
+    Loss,
+    SegmentationLoss,
+    SegmentationTask,
+    _metric_name,
+    dice_loss,
+)
 
 __all__ = ["BaseTask", "Loss", "SPLITS", "SegmentationLoss", "SegmentationTask", "_metric_name", "dice_loss",
            "warmup_cosine"]

@@ -48,3 +48,17 @@ def test_a_stub_strategy_runs_a_short_fit(store: Path, tmp_path: Path, monkeypat
           "--trainer.strategy", json.dumps({"class_path": f"{__name__}.StubStrategy"})])
     assert {"data_parallel", "prepare_model", "clip_gradients", "parameter_shape"} <= set(CALLS)
     assert list(tmp_path.rglob("last.ckpt"))
+
+
+def test_every_eoscale_strategy_speaks_the_protocol():
+    from eoscale.train.strategies.fsdp import FSDP2Strategy
+    from eoscale.train.strategies.pipeline import PipelineStrategy
+    from eoscale.train.strategies.protocol import Parallelism
+    from eoscale.train.strategies.resolve import parallelism
+    from eoscale.train.strategies.tp import TensorParallelStrategy
+    from eoscale.train.strategies.zero import ZeroStrategy
+
+    for cls in (FSDP2Strategy, TensorParallelStrategy, ZeroStrategy, PipelineStrategy, StubStrategy):
+        assert issubclass(cls, Parallelism), cls
+    plain = parallelism(None)  # one process, no trainer
+    assert plain.data_parallel() == DataParallel(0, 1) and plain.stage_runner() is None

@@ -40,9 +40,9 @@ from eoscale.errors import InputError, UserError
 from eoscale.train.callbacks.last_checkpoint import LatestCheckpoint
 from eoscale.train.callbacks.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
 from eoscale.train.callbacks.profiling import Profiling
-from eoscale.train.quiet import silence_known_noise
-from eoscale.train.launch.requeue import SlurmRequeue, hpc_checkpoints
 from eoscale.train.callbacks.steptime import StepTimer
+from eoscale.train.launch.requeue import SlurmRequeue, hpc_checkpoints
+from eoscale.train.quiet import silence_known_noise
 from eoscale.train.tasks.base import BaseTask
 
 LOGGER = "eoscale.track.logger.MLflowLogger"

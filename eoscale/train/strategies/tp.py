@@ -33,7 +33,11 @@ import torch
 from torch import Tensor, nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from eoscale._compat.lightning import checkpoint_metadata_file, distributed_checkpoint_load, is_sharded_checkpoint
+from eoscale._compat.lightning import (
+    checkpoint_metadata_file,
+    distributed_checkpoint_load,
+    is_sharded_checkpoint,
+)
 from eoscale.errors import InputError
 from eoscale.models import shardable_blocks
 from eoscale.train.strategies.fsdp import FSDP2Strategy, shard_model

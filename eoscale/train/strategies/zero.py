@@ -27,7 +27,6 @@ from collections.abc import Generator
 from contextlib import contextmanager
 from typing import Any
 
-import torch
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
@@ -36,6 +35,10 @@ from eoscale._compat import deepspeed as deepspeed_compat
 from eoscale._compat.lightning import ZERO_HOOKS
 from eoscale.errors import InputError
 from eoscale.train.strategies.protocol import PlainParallelism
+
+# before a config naming this strategy is parsed: jsonargparse imports DeepSpeed (if installed) to read the signature
+deepspeed_compat.set_environment()
+
 
 class ZeroStrategy(PlainParallelism, DeepSpeedStrategy):
     """Lightning's `DeepSpeedStrategy` that also runs on CPUs; every argument is Lightning's
