@@ -188,10 +188,10 @@ def _bench_loader(model, optimizer, dm, device, steps: int, repeats: int) -> dic
 
 
 def _fsdp_step(backbone, bands, classes, tile, size, x, y, device, steps: int) -> dict:
-    """FSDP2 on a world of one: the sharded training path (`eoscale.train.fsdp.shard_model`) on this device."""
+    """FSDP2 on a world of one: the sharded training path (`eoscale.train.strategies.fsdp.shard_model`) on this device."""
     import torch.distributed as dist
 
-    from eoscale.train.fsdp import shard_model
+    from eoscale.train.strategies.fsdp import shard_model
 
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"file://{tmp}/rendezvous",

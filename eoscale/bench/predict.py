@@ -275,14 +275,14 @@ def instant_model(classes: int):
 
 
 def write_random_checkpoint(path: Path, scene: Path, *, backbone: str, tile: int) -> Path:
-    """A checkpoint as `eoscale fit` writes it (see `eoscale.train.checkpoint`), with untrained weights and
+    """A checkpoint as `eoscale fit` writes it (see `eoscale.train.strategies.consolidate`), with untrained weights and
     the scene's own band statistics."""
     import rasterio
     import torch
 
     from eoscale.contract import CONTRACT_KEY, BandContract
     from eoscale.synth import class_table
-    from eoscale.train.task import SegmentationTask
+    from eoscale.train.tasks.segmentation import SegmentationTask
 
     with rasterio.open(scene) as src:
         pixels = src.read(out_shape=(src.count, min(src.height, 256), min(src.width, 256))).astype(np.float64)

@@ -4,10 +4,10 @@ One torchrun of two CPU ranks (gloo, one thread each) fits the ViT-S of `configs
 store (its tile size; fp32) under each strategy's fragment in `configs/strategy/`, in turns: the order alternates
 between repeats (DDP, FSDP2, ZeRO-2, ZeRO-3, then backwards), so a neighbour's load falls on every strategy alike.
 A callback (`Probe`) times each step after a warm-up and measures, at step 2, the bytes of parameters, gradients and
-optimizer state each rank holds (`eoscale.train.state`). Figures, each ÷ DDP's from the same run:
+optimizer state each rank holds (`eoscale.train.planning.state`). Figures, each ÷ DDP's from the same run:
 
 - per-rank state bytes (goals: ZeRO-3 and FSDP2 ≤ 0.6×, ZeRO-2 ≤ 0.75×) with the planner's prediction
-  (`eoscale.train.plan.estimate`) and its error;
+  (`eoscale.train.planning.plan.estimate`) and its error;
 - step time: the median step of each fit, the median over repeats, ÷ DDP's.
 
     eoscale bench strategies runs/quickstart/tiles.zarr --repeats 3 --record benchmarks
@@ -53,7 +53,7 @@ class Probe(Callback):
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if trainer.global_step == STATE_STEP:
-            from eoscale.train.state import measure_state
+            from eoscale.train.planning.state import measure_state
 
             self.state = measure_state(pl_module, optimizer).to_dict()
 
@@ -87,7 +87,7 @@ def _fit_args(work: Path, overlay: Path, strategy: str, repeat: int, steps: int)
 
 def _worker(argv: list[str]) -> None:
     """One rank of the torchrun: every strategy, `repeats` times, alternating the order."""
-    from eoscale.train.cli import main as fit
+    from eoscale.train.launch.main import main as fit
 
     work, overlay, steps, repeats, *strategies = Path(argv[0]), Path(argv[1]), int(argv[2]), int(argv[3]), *argv[4:]
     for repeat in range(repeats):
@@ -98,8 +98,8 @@ def _worker(argv: list[str]) -> None:
 def measure(store: str, *, steps: int, repeats: int, batch: int, warmup: int, depth: int | None,
             strategies: list[str]) -> dict:
     """Run the fits of `strategies` (DDP first) and the planner; the figures `run` prints and records."""
-    from eoscale.train.model_facts import facts_from_config
-    from eoscale.train.plan import estimate
+    from eoscale.train.planning.model_facts import facts_from_config
+    from eoscale.train.planning.plan import estimate
 
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-strategies-") as tmp:
         work = Path(tmp)

@@ -101,7 +101,7 @@ def plain_loop(store: str, *, steps: int, batch: int, backbone: str, rank: int =
     `world` > 1, one rank of plain `DistributedDataParallel` over gloo (the process group must exist)."""
     from eoscale.data import open_store
     from eoscale.models import build_model
-    from eoscale.train.task import SegmentationLoss
+    from eoscale.train.tasks.segmentation import SegmentationLoss
 
     torch.set_num_threads(1)
     torch.manual_seed(0)  # the same initial weights on every rank, as DDP expects

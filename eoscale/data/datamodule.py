@@ -57,6 +57,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import get_worker_info
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
+from eoscale._compat.lightning import device_mesh
 from eoscale._compat.torch import HookedLoader, HookedWorkerIter, shutdown_workers
 from eoscale.classes import ClassTable
 from eoscale.data.augment import dihedral
@@ -354,11 +355,16 @@ class TileDataModule(LightningDataModule):
 def data_parallel(trainer) -> tuple[int, int]:
     """This rank's data-parallel rank and the data-parallel size: the ranks that take different batches.
 
-    Under a device mesh (ModelParallelStrategy: tensor parallelism) the ranks of one tensor-parallel group take
-    the same batches, and so do a pipeline's stages (`pipe`): their strategy's sampler arguments say which; else
+    eoscale's strategies say it themselves (`data_parallel()`, their protocol: `eoscale.train.strategies.protocol`,
+    a layer above this one): the ranks of one tensor-parallel group take the same batches, and so do a pipeline's
+    stages. Lightning's own `ModelParallelStrategy` says it by its sampler arguments; under any other strategy
     every rank of the process group (or of the Trainer, `trainer` may be None) is a replica of its own."""
     strategy = getattr(trainer, "strategy", None)
-    if getattr(strategy, "_device_mesh", None) is not None or hasattr(strategy, "pipe"):
+    own = getattr(strategy, "data_parallel", None)
+    if callable(own):
+        rank, size = own()[:2]
+        return int(rank), int(size)
+    if device_mesh(strategy) is not None:
         sampler = strategy.distributed_sampler_kwargs
         return int(sampler["rank"]), int(sampler["num_replicas"])
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -1,25 +1,11 @@
-"""The `eoscale fit`, `eoscale validate` and `eoscale test` entries of the command table.
+"""Moved to `eoscale.train.launch.command`; this path stays so that configs, notebooks and imports naming it keep working.
 
-The argparse layer adds nothing: everything after the subcommand goes to LightningCLI unchanged, so
-`eoscale fit --help` is LightningCLI's help and `--config a.yaml --config b.yaml --model.init_args.lr 3e-4`
-works as it does there.
+The module here *is* the new one (the same object in `sys.modules`), so its classes, functions and settings are
+the same objects under either name.
 """
 
-from __future__ import annotations
+import sys
 
-import argparse
+import eoscale.train.launch.command as _moved
 
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("rest", nargs=argparse.REMAINDER, help="LightningCLI arguments (see --help)")
-    # the command's name is the last word of its prog ("eoscale fit"); one module serves all three
-    parser.set_defaults(subcommand=parser.prog.split()[-1])
-    # no option of our own: let '--config', '--help', ... through to LightningCLI as positionals
-    parser.prefix_chars = "\0"
-
-
-def run(args: argparse.Namespace) -> int:
-    from eoscale.train.cli import main
-
-    main([args.subcommand, *args.rest])
-    return 0
+sys.modules[__name__] = _moved

@@ -1,89 +1,11 @@
-"""`--launcher`: who starts the ranks of `eoscale fit` and `eoscale pretrain`.
+"""Moved to `eoscale.train.launch.options`; this path stays so that configs, notebooks and imports naming it keep working.
 
-- `lightning` (the default): Lightning starts one process per device itself, or `torchrun` / `srun` started
-  them and Lightning reads the ranks from their environment (`eoscale.train.cli`).
-- `ray`: a Ray Train `TorchTrainer` starts `--workers N` processes on a Ray cluster, each running the same
-  LightningCLI config (`eoscale.train.ray_launcher`, `eoscale.train.ray_worker`)::
-
-      eoscale fit --launcher ray --workers 2 --config configs/smoke.yaml          # a local Ray cluster
-      eoscale fit --launcher ray --workers 8 --gpus-per-worker 1 --address 10.0.0.1:6379 --config …
-
-The launcher's flags are taken out of the command line here, before LightningCLI parses the rest; this module
-imports nothing heavy, because every `eoscale fit` passes through it.
+The module here *is* the new one (the same object in `sys.modules`), so its classes, functions and settings are
+the same objects under either name.
 """
 
-from __future__ import annotations
+import sys
 
-from dataclasses import dataclass, field
+import eoscale.train.launch.options as _moved
 
-from eoscale.errors import InputError
-
-LAUNCHERS = ("lightning", "ray")
-
-
-@dataclass(frozen=True)
-class LauncherOptions:
-    """The launcher and its resources (the Ray flags mean nothing to the `lightning` launcher)."""
-
-    launcher: str = "lightning"
-    workers: int = 1
-    address: str | None = None
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: float = 0.0
-    max_failures: int = 0
-    given: tuple[str, ...] = field(default=(), compare=False)  # the Ray flags given, for the error below
-
-
-def _count(flag: str, text: str, *, low: float, integer: bool) -> float:
-    try:
-        value = int(text, 10) if integer else float(text)
-    except ValueError:
-        value = None
-    if value is None or value < low:
-        kind = "an integer" if integer else "a number"
-        raise InputError(f"{flag}={text!r}: give {kind} of at least {low:g}")
-    return value
-
-
-def _max_failures(text: str) -> int:
-    if text.strip() == "-1":
-        return -1
-    return int(_count("--max-failures", text, low=0, integer=True))
-
-
-# flag -> (field, parse)
-FLAGS = {
-    "--launcher": ("launcher", lambda v: v),
-    "--workers": ("workers", lambda v: int(_count("--workers", v, low=1, integer=True))),
-    "--address": ("address", lambda v: v),
-    "--cpus-per-worker": ("cpus_per_worker", lambda v: _count("--cpus-per-worker", v, low=0, integer=False)),
-    "--gpus-per-worker": ("gpus_per_worker", lambda v: _count("--gpus-per-worker", v, low=0, integer=False)),
-    "--max-failures": ("max_failures", _max_failures),
-}
-
-
-def split_launcher_args(args: list[str]) -> tuple[LauncherOptions, list[str]]:
-    """The launcher flags (`--flag value` or `--flag=value`) out of `args`, and the rest, in order."""
-    values: dict[str, object] = {}
-    given: list[str] = []
-    rest: list[str] = []
-    words = iter(args)
-    for word in words:
-        flag, eq, value = word.partition("=")
-        if flag not in FLAGS:
-            rest.append(word)
-            continue
-        if not eq:
-            value = next(words, None)
-            if value is None or value.startswith("--"):
-                raise InputError(f"{flag} needs a value")
-        name, parse = FLAGS[flag]
-        values[name] = parse(value)
-        if flag != "--launcher":
-            given.append(flag)
-    options = LauncherOptions(**values, given=tuple(given))  # type: ignore[arg-type]
-    if options.launcher not in LAUNCHERS:
-        raise InputError(f"--launcher={options.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
-    if options.launcher != "ray" and given:
-        raise InputError(f"{given[0]} is a flag of the Ray launcher: add --launcher ray, or leave it out")
-    return options, rest
+sys.modules[__name__] = _moved

@@ -44,3 +44,21 @@ def test_bad_crop_scale_is_one_line(capsys, tmp_path):
 
 
 pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def test_dino_is_no_mae_and_the_pipeline_refuses_it_in_both_checks():
+    """DINO shares the pretraining base with MAE, not MAE's class; the pipeline strategy, which cuts an MAE into
+    stages, refuses it alike from a config (before any rank starts) and from a built task (`connect`)."""
+    from eoscale.errors import InputError
+    from eoscale.train.strategies.pipeline import PipelineStrategy, refuse_task
+    from eoscale.train.tasks.dino import DINOTask
+    from eoscale.train.tasks.mae import MAETask
+    from eoscale.train.tasks.pretraining import PretrainTask
+
+    assert issubclass(DINOTask, PretrainTask) and not issubclass(DINOTask, MAETask)
+    refuse_task("eoscale.train.mae.MAETask")  # an old class path names the same class
+    for given in ("eoscale.train.dino.DINOTask", "eoscale.train.tasks.dino.DINOTask", DINOTask):
+        with pytest.raises(InputError, match="pipelines MAE pretraining only, not DINOTask"):
+            refuse_task(given)
+    with pytest.raises(InputError, match="pipelines MAE pretraining only, not DINOTask"):
+        PipelineStrategy().connect(DINOTask())

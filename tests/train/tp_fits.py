@@ -82,8 +82,7 @@ def forward_check(out: Path, data_parallel: int = 1) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from eoscale.models import build_model
-    from eoscale.train.fsdp import shard_model
-    from eoscale.train.tp import TensorParallelStrategy
+    from eoscale.train.strategies.tp import TensorParallelStrategy, parallelize_and_shard
 
     kwargs = {"in_chans": 4, "num_classes": 3, "img_size": 32, "decoder_channels": 16, "depth": 2, "num_heads": 4}
     torch.manual_seed(0)
@@ -91,7 +90,7 @@ def forward_check(out: Path, data_parallel: int = 1) -> None:
     torch.manual_seed(0)
     split = build_model("vit_tiny_patch16_224", **kwargs)
     mesh = init_device_mesh("cpu", (data_parallel, 2), mesh_dim_names=("data_parallel", "tensor_parallel"))
-    shard_model(split, mesh, strategy=TensorParallelStrategy())
+    parallelize_and_shard(split, mesh, strategy=TensorParallelStrategy())
     x = fixed_input(4, 32)
     with torch.no_grad():
         diff = (split(x) - whole(x)).abs().max()

@@ -1,0 +1,2 @@
+"""Lightning callbacks of every run: the MLflow monitor (with its params and figures), the last checkpoint, model
+registration, step timing and profiling."""
