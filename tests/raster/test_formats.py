@@ -110,3 +110,28 @@ def test_old_module_paths_keep_their_names():
     for name in ("Scene", "BandFile", "ClassMask", "open_raster", "check_crs", "expand_paths", "nodata_of",
                  "describe_skipped", "map_scene_bands", "select_scene_bands", "open_scenes", "open_scene"):
         assert hasattr(sources, name), name
+
+
+def test_a_landsat_folder_named_by_descriptions_only_is_still_calibrated(layouts, tmp_path):
+    """Files renamed by a user (band1.tif …) whose descriptions say SR_B2 …: the Landsat format takes the folder, so
+    the MTL's reflectance factors and QA_PIXEL apply, as before the formats were registered."""
+    import shutil
+
+    source = layouts["landsat"].scene_paths[0]
+    folder = tmp_path / "renamed"
+    folder.mkdir()
+    for i, f in enumerate(sorted(source.iterdir())):
+        band = next((b for b in ("SR_B1", "SR_B2", "SR_B3", "SR_B4", "SR_B5", "SR_B6", "SR_B7") if f.stem.endswith(b)), None)
+        if band is None:
+            shutil.copy(f, folder / f.name)  # QA_PIXEL, MTL and the rest keep their names
+            continue
+        target = folder / f"layer{i}.tif"
+        shutil.copy(f, target)
+        with rasterio.open(target, "r+") as dst:
+            dst.set_band_description(1, band)
+    assert detect_format(str(folder)) is formats.landsat.FORMAT
+    renamed, original = open_scene(str(folder)), open_scene(str(source))
+    assert [b.name for b in renamed.bands] == [b.name for b in original.bands]
+    assert [(b.scale, b.offset) for b in renamed.bands] == [(b.scale, b.offset) for b in original.bands]
+    assert renamed.class_mask is not None and renamed.class_mask.name == "QA_PIXEL"
+    assert renamed.date == original.date

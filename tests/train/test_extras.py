@@ -57,11 +57,7 @@ def test_a_zero_config_without_deepspeed_names_the_extra(zero: str, store: Path,
     _one_line(done, "eoscale[deepspeed]")
 
 
-def test_fit_without_deepspeed_and_ray_runs(store: Path, tmp_path: Path):
-    done = _run({"deepspeed", "ray"}, ["fit", *_smoke(store, tmp_path), "--trainer.enable_progress_bar", "false"],
-                tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert list(tmp_path.rglob("last.ckpt"))
+# a fit, predict and ingest with no extra at all: tests/test_extras.py
 
 
 def test_the_ray_launcher_without_ray_names_the_extra(store: Path, tmp_path: Path):

@@ -99,9 +99,16 @@ def acquired(folder: str) -> dt.date | None:
 
 
 def is_landsat_folder(path: str) -> bool:
-    """Whether `path` is a folder with a file named as a Landsat SR band (`…_SR_B5.TIF`)."""
-    return os.path.isdir(path) and any(
-        f.suffix.lower() in RASTER_SUFFIXES and LANDSAT.band_in_file_name(f.stem) for f in Path(path).iterdir())
+    """Whether `path` is a folder with a file named as a Landsat SR band (`…_SR_B5.TIF`), or whose bands say they are
+    Landsat SR bands by their descriptions only (files renamed by a user): both are calibrated by the MTL."""
+    if not os.path.isdir(path):
+        return False
+    if any(f.suffix.lower() in RASTER_SUFFIXES and LANDSAT.band_in_file_name(f.stem) for f in Path(path).iterdir()):
+        return True
+    try:
+        return read_band_folder(path).sensor.name == LANDSAT_OLI
+    except InputError:  # no band in it: not for this format to say
+        return False
 
 
 def open_landsat(path: str, *, band_names: list[str] | None = None, bands: list[str] | None = None,
