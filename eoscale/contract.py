@@ -68,6 +68,9 @@ class BandContract:
     classes: tuple[dict, ...]  # {index, code, name, color}
     sensor: str | None = None  # eoscale.sensors; None: what the band names say (a record from before sensors were kept)
     target: str = DEFAULT_TARGET  # TARGET_KINDS: what the network's output means
+    # "values": the per-pixel target the network was trained on: {name, units, mean, std, min, max}; the network
+    # predicts (value - mean) / std, `activate` undoes it
+    target_info: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
@@ -86,6 +89,7 @@ class BandContract:
             classes=tuple({k: r[k] for k in ("index", "code", "name", "color") if k in r} for r in records),
             sensor=getattr(datamodule, "sensor", None),
             target=getattr(datamodule, "target", None) or DEFAULT_TARGET,
+            target_info=getattr(datamodule, "target_info", None),
         )
 
     def to_dict(self) -> dict:
@@ -98,6 +102,7 @@ class BandContract:
             "classes": [dict(c) for c in self.classes],
             "sensor": self.sensor,
             "target": self.target,
+            **({"target_info": dict(self.target_info)} if self.target_info is not None else {}),
         }
 
     @classmethod
@@ -112,18 +117,25 @@ class BandContract:
             sensor=data.get("sensor"),
             # a contract from before target kinds were recorded: class maps
             target=data.get("target") or DEFAULT_TARGET,
+            target_info=dict(data["target_info"]) if data.get("target_info") is not None else None,
         )
 
     def output_channels(self) -> int:
-        """The channels of the network's output the maps are made of: one per class (classes, change). A "values"
-        contract does not say its value bands yet: its output writer gives the count (`eoscale.infer.outputs`)."""
+        """The channels of the network's output the maps are made of: one per class (classes, change); one value
+        for a "values" contract with its target recorded (one without: its output writer gives the count)."""
+        if self.target == "values" and self.target_info is not None:
+            return 1
         return len(self.classes)
 
     def activate(self, logits: torch.Tensor) -> torch.Tensor:
         """The network's raw output as what its maps are made of, float32: class probabilities (softmax over the
         channel axis) for classes and change, the values themselves for values. Prediction and serving alike."""
         logits = logits.float()
-        return logits if self.target == "values" else logits.softmax(dim=1)
+        if self.target == "values":
+            info = self.target_info
+            # the network predicts the normalised value: back to the target's units
+            return logits if info is None else logits * float(info["std"]) + float(info["mean"])
+        return logits.softmax(dim=1)
 
     def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
         """`(mean, scale)`, float32 of shape (bands, 1, 1): a window's pixels go to the network as

@@ -24,7 +24,9 @@ Where the hooks run (Lightning's rules):
   datamodule's hook whenever the Trainer was given the datamodule, and prefers it to the LightningModule's.
 
 The LightningModule's batches are `{"image": float32 (B, C, T, T), "label": int64 (B, T, T), "tile": int64 (B,)}`
-("label" only with `labels=True`). Images are normalised with the store's per-band mean and std (of the chosen
+("label" only with `labels=True`); with `target="values"` (a store ingested with `--targets`), "target" float32
+(B, T, T) per-pixel values (NaN where unknown or without data, turned with the image) instead of "label", loaded
+without the shared-memory handover. Images are normalised with the store's per-band mean and std (of the chosen
 bands); a pixel without data (the store's nodata in every band) reads 0 in every band and `ignore_index` in the
 label. Training
 tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label: the
@@ -112,8 +114,12 @@ class TileDataModule(LightningDataModule):
         train_fraction: float = 1.0,
         shared_memory: bool = True,
         direct_decode: bool = True,
+        target: str = "classes",
     ) -> None:
         super().__init__()
+        if target not in ("classes", "values"):
+            raise InputError(f"target={target!r}: TileDataModule loads 'classes' (labels) or 'values' (per-pixel "
+                             f"targets of a store ingested with --targets)")
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
         if num_workers < 0:
@@ -137,6 +143,7 @@ class TileDataModule(LightningDataModule):
         self.train_fraction = float(train_fraction)
         self.shared_memory = bool(shared_memory)
         self.direct_decode = bool(direct_decode)
+        self.target = target
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
@@ -206,6 +213,20 @@ class TileDataModule(LightningDataModule):
         return inputs is None or any(record.get("role") == "labels" for record in inputs)
 
     @property
+    def target_info(self) -> dict | None:
+        """With `target="values"`: the store's per-pixel target (name, units, mean, std, min, max), which the band
+        contract records (the task normalises targets by mean and std, `BandContract.activate` undoes it)."""
+        if self.target != "values":
+            return None
+        attrs = self.attrs
+        if attrs.get(schema.ATTR_TARGET_KIND) != "values":
+            raise InputError(f"tile store {self.store!r} holds no per-pixel values: ingest it with --targets RASTER "
+                             f"for target='values'")
+        stats = attrs[schema.ATTR_TARGET_STATISTICS]
+        return {"name": attrs.get(schema.ATTR_TARGET_NAME) or "value", "units": attrs.get(schema.ATTR_TARGET_UNITS),
+                **{k: float(stats[k]) for k in ("mean", "std", "min", "max")}}
+
+    @property
     def statistics(self) -> dict[str, list[float]]:
         """The normalisation used: per-band mean and std of the chosen bands, in their order."""
         stats = self.attrs[schema.ATTR_STATISTICS]
@@ -246,6 +267,8 @@ class TileDataModule(LightningDataModule):
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": (self.predict_split,)}
         if stage not in wanted:
             raise InputError(f"stage={stage!r} is not a Lightning stage: choose one of {', '.join(wanted)}")
+        if self.target == "values":
+            self.target_info  # noqa: B018  (a store without values is refused here, in one line)
         for split in wanted[stage]:
             optional = stage == "fit" and split == "val"  # an empty val split only turns validation off
             start, stop = self.split_range(split)
@@ -294,6 +317,8 @@ class TileDataModule(LightningDataModule):
         that the conversion and the turns run there)."""
         out = dict(batch)
         turn = out.pop("turn", None)
+        if turn is not None and "target" in out:  # per-pixel values turn as the image does
+            out["target"] = dihedral(out["target"].unsqueeze(1), None, turn)[0].squeeze(1)
         if turn is not None:
             out["image"], out["label"] = dihedral(out["image"], out.get("label"), turn)
             if out["label"] is None:
@@ -332,9 +357,10 @@ class TileDataModule(LightningDataModule):
         stream = TileStream(
             self.store, self.tile_ranges(split), shard_tiles=int(self.attrs[schema.ATTR_SHARD_TILES]),
             batch_size=self.batch_size, nodata=int(self.attrs[schema.ATTR_NODATA]), ignore_index=self.ignore_index,
-            bands=None if self.bands is None else self.band_indices, labels=self.labels, shuffle=train,
+            bands=None if self.bands is None else self.band_indices, labels=self.labels and self.target != "values", shuffle=train,
             augment=train and self.augment, seed=self.seed, shuffle_shards=self.shuffle_shards, rank=rank,
             world_size=world_size, direct_decode=self.direct_decode,
+            **({"targets": True} if self.target == "values" else {}),
         )
         if train and stream.tiles_per_rank < self.batch_size:
             subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""
@@ -348,8 +374,9 @@ class TileDataModule(LightningDataModule):
     def _loader(self, split: str) -> TileLoader:
         if split not in self._streams:
             raise RuntimeError(f"no {split!r} stream: call setup() with the stage that uses it first")
+        # the shared-memory handover carries images and labels only: per-pixel values come the plain way
         return TileLoader(self._streams[split], num_workers=self.num_workers, pin_memory=self.pin_memory,
-                          shared_memory=self.shared_memory)
+                          shared_memory=self.shared_memory and self.target != "values")
 
 
 def data_parallel(trainer) -> tuple[int, int]:

@@ -38,7 +38,14 @@ import zarr
 from torch.utils.data import IterableDataset, get_worker_info
 
 from eoscale.data.handover import Handover, shared_empty
-from eoscale.data.partition import as_ranges, num_batches, plan_epoch, range_tiles, rank_length, worker_delivered
+from eoscale.data.partition import (
+    as_ranges,
+    num_batches,
+    plan_epoch,
+    range_tiles,
+    rank_length,
+    worker_delivered,
+)
 from eoscale.errors import InputError
 from eoscale.store import schema
 from eoscale.store.reader import ShardReader, _direct_layout, open_images  # noqa: F401  (defined here before)
@@ -74,6 +81,7 @@ class TileStream(IterableDataset):
         rank: int = 0,
         world_size: int = 1,
         direct_decode: bool = True,
+        targets: bool = False,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
@@ -94,6 +102,7 @@ class TileStream(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.direct_decode = direct_decode
+        self.targets = targets  # per-pixel values (`schema.TARGETS`) as "target" float32 (B, T, T), NaN where unknown
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume = torch.tensor([-1, 0], dtype=torch.int64).share_memory_()  # (epoch, batches to leave out)
         self.pad = not shuffle  # training leaves out at most W-1 tiles (W more to avoid a batch of one), other ones each epoch; evaluation repeats at most W-1 (partition.py)
@@ -138,7 +147,7 @@ class TileStream(IterableDataset):
         self._resume[0], self._resume[1] = int(epoch), int(batches)
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_readers": None}  # workers open their own arrays
+        return {**self.__dict__, "_readers": None, "_values": None}  # workers open their own arrays
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
         info = get_worker_info()
@@ -162,6 +171,8 @@ class TileStream(IterableDataset):
         def batches() -> Iterator[np.ndarray]:  # each batch's tiles (their places in the buffer), in order
             for start, stop in plan.ranges.tolist():
                 buffer.add(images.chunks(start, stop), labels.chunks(start, stop) if labels else None, start, stop)
+                if self.targets:
+                    buffer.values += self._targets().chunks(start, stop)
                 if len(buffer.tiles) >= block:
                     yield from self._drain(buffer, rng, final=False)
             yield from self._drain(buffer, rng, final=True)
@@ -188,6 +199,14 @@ class TileStream(IterableDataset):
                 date_valid = zarr.open_array(str(root / schema.DATE_VALID), mode="r")[:]
             self._readers = (os.getpid(), images, labels, complete, date_valid)
         return self._readers[1:]
+
+    def _targets(self) -> ShardReader:
+        """The store's per-pixel values (`schema.TARGETS`), opened once per process."""
+        held = getattr(self, "_values", None)
+        if held is None or held[0] != os.getpid():
+            held = (os.getpid(), ShardReader(Path(self.store) / schema.TARGETS, direct=getattr(self, "direct_decode", True)))
+            self._values = held
+        return held[1]
 
     def _drain(self, buffer: _Buffer, rng: np.random.Generator, *, final: bool) -> Iterator[np.ndarray]:
         """The buffered tiles (their places in the buffer) of each batch to make now (in a random order for
@@ -247,9 +266,25 @@ class TileStream(IterableDataset):
                 else:  # ... on every date
                     missing = (x[i].max(axis=1) == 0).all(axis=0) if self.nodata == 0 else (x[i] == self.nodata).all(axis=(0, 1))
                 y[i][missing] = self.ignore_index
+        if self.targets:
+            batch["target"] = self._target_batch(buffer, order, x, steps)
         if turn is not None:
             turn[:] = rng.integers(0, 8, n, dtype=np.uint8)
         return batch
+
+    def _target_batch(self, buffer: _Buffer, order: list[int], x: np.ndarray, steps: int) -> torch.Tensor:
+        """The batch's per-pixel values (B, T, T) float32, NaN wherever the tile has no value or no data."""
+        reader = self._targets()
+        size = reader.tile_shape[-1]
+        out = torch.empty((len(order), size, size), dtype=torch.float32)
+        y = out.numpy()
+        for i, k in enumerate(order):
+            reader.decode(buffer.values[k], y[i])
+        missing = x.max(axis=-3) == 0 if self.nodata == 0 else (x == self.nodata).all(axis=-3)
+        if steps > 1:
+            missing = missing.all(axis=1)
+        y[missing] = np.nan
+        return out
 
 
 class _Buffer:
@@ -259,6 +294,7 @@ class _Buffer:
     def __init__(self) -> None:
         self.images: list = []
         self.labels: list = []
+        self.values: list = []  # per-pixel values' chunks (TileStream with targets)
         self.tiles = np.zeros(0, dtype=np.int64)
 
     def add(self, images: list, labels: list | None, start: int, stop: int) -> None:
@@ -272,4 +308,5 @@ class _Buffer:
         which = which.tolist()
         self.images = [ShardReader.detach(self.images[k]) for k in which]
         self.labels = [ShardReader.detach(self.labels[k]) for k in which] if self.labels else []
+        self.values = [ShardReader.detach(self.values[k]) for k in which] if self.values else []
         self.tiles = self.tiles[which] if which else np.zeros(0, dtype=np.int64)

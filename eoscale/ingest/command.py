@@ -59,6 +59,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", nargs="+", metavar="PATH",
                         help="label rasters of class codes (any CRS) or their STAC Items (e.g. ESA WorldCover's); "
                              "leave out for an unlabelled store (pretraining)")
+    parser.add_argument("--targets", nargs="+", metavar="RASTER",
+                        help="value rasters of a continuous variable (tree height, cover fraction; any CRS, their own "
+                             "nodata): stored as per-pixel regression targets, resampled bilinearly (averaged from a "
+                             "finer raster), NaN where unknown")
+    parser.add_argument("--target-name", metavar="NAME", help="what --targets hold (e.g. canopy_height)")
+    parser.add_argument("--target-units", metavar="UNITS", help="the units of --targets (e.g. m)")
     parser.add_argument("--classes", metavar="CSV",
                         help="class table (code,name,color) whose order gives the class indices; default: ESA WorldCover")
     parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
@@ -126,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(), _scheduler(args) as scheduler:
         warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
         summary = ingest(
-            args.scenes, args.output, labels=args.labels, classes=args.classes, bands=args.bands,
+            args.scenes, args.output, labels=args.labels, targets=args.targets, target_name=args.target_name,
+            target_units=args.target_units, classes=args.classes, bands=args.bands,
             band_names=args.band_names, band_map=parse_band_map(args.band_map),
             scl_classes=args.scl_classes, stac=args.stac, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,

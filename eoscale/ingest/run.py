@@ -37,6 +37,7 @@ from eoscale.ingest.plan import make_plan
 from eoscale.ingest.scan import only_nodata, scan_parts, scan_validity, warp_labels
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.stats import statistics_from_histograms
+from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, open_scenes
@@ -82,6 +83,9 @@ def ingest(
     output: str | os.PathLike,
     *,
     labels: list[str] | None = None,
+    targets: list[str] | None = None,
+    target_name: str | None = None,
+    target_units: str | None = None,
     classes: str | ClassTable | None = None,
     bands: list[str] | None = None,
     band_names: list[str] | None = None,
@@ -119,6 +123,9 @@ def ingest(
                              stac=stac)
     label_rasters = describe_label_rasters(label_files(labels)) if labels else []
     scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in scene_list]
+    # value rasters (--targets): per-pixel regression targets, resampled by a rule for values (eoscale.ingest.targets)
+    target_rasters = describe_target_rasters(list(targets)) if targets else []
+    scene_targets = [targets_for_scene(s, target_rasters) for s in scene_list] if target_rasters else []
     for scene in scene_list:
         if tile_size > min(scene.width, scene.height):
             raise InputError(
@@ -132,11 +139,14 @@ def ingest(
         "min_valid": min_valid, "split": list(split), "split_block": split_block, "seed": seed, "codec": codec,
         "level": level, "classes": class_table.to_records(),
     }
+    if target_rasters:  # only then: a store without targets has the fingerprint it had before
+        parameters["targets"] = {"kind": "values", "name": target_name, "units": target_units}
     label_paths = [r.path for r in label_rasters]
+    target_paths = [r.path for r in target_rasters]
     # --verify reads every input now; otherwise their sha256s (for the store's lineage) are taken by Dask tasks
     # beside the scans and shards
-    digests = {p: file_sha256(p) for p in _input_paths(scene_list, label_paths)} if verify else {}
-    fingerprint = _fingerprint(parameters, scene_list, label_paths, verify=verify, digests=digests)
+    digests = {p: file_sha256(p) for p in _input_paths(scene_list, label_paths + target_paths)} if verify else {}
+    fingerprint = _fingerprint(parameters, scene_list, label_paths + target_paths, verify=verify, digests=digests)
     work = output.with_name(output.name + ".partial")
     progress_dir, store = work / "progress", work / "store.zarr"
     _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
@@ -161,6 +171,11 @@ def ingest(
                           key=f"eoscale-labels-{i}", pure=False, priority=10)
             for i, scene in enumerate(scene_list)
         ]
+        target_tasks = [
+            client.submit(warp_targets, scene, i, scene_targets[i], progress=str(progress_dir),
+                          key=f"eoscale-targets-{i}", pure=False, priority=10)
+            for i, scene in enumerate(scene_list)
+        ] if target_rasters else []
         scan_tasks = [
             [client.submit(scan_validity, scene, i, tile_size=tile_size, stride=stride, progress=str(progress_dir),
                            rows=rows, key=f"eoscale-scan-{i}-{rows[0]}", pure=False, priority=10)
@@ -168,7 +183,7 @@ def ingest(
             for i, scene in enumerate(scene_list)
         ]
         hash_tasks = {p: client.submit(file_sha256, p, key=f"eoscale-sha256-{i}", pure=False)
-                      for i, p in enumerate(_input_paths(scene_list, label_paths)) if p not in digests}
+                      for i, p in enumerate(_input_paths(scene_list, label_paths + target_paths)) if p not in digests}
         window_valid = []
         for i, parts in enumerate(client.gather(scan_tasks)):  # the label tasks go on meanwhile
             if not any(any_valid for _, any_valid in parts):
@@ -187,7 +202,8 @@ def ingest(
         if not (progress_dir / "skeleton.done").exists():
             shutil.rmtree(store, ignore_errors=True)
             create_skeleton(store, plan, scene_list, wavelengths=attrs[schema.ATTR_WAVELENGTHS],
-                            num_classes=len(class_table), codec=codec, level=level, attrs=attrs)
+                            num_classes=len(class_table), codec=codec, level=level, attrs=attrs,
+                            targets=bool(target_rasters))
             (progress_dir / "skeleton.done").touch()
         lap("plan")
         todo = [k for k in range(plan.num_shards) if not marker_path(progress_dir, k).exists()]
@@ -203,7 +219,9 @@ def ingest(
                 futures.append(client.submit(
                     write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop],
                     plan.row_off[start:stop], plan.col_off[start:stop], scene_list, tile_size, len(class_table),
-                    *[label_tasks[s] for s in np.unique(plan.scene[start:stop])], key=f"eoscale-shard-{k}", pure=False,
+                    *[label_tasks[s] for s in np.unique(plan.scene[start:stop])],
+                    *[target_tasks[s] for s in np.unique(plan.scene[start:stop]) if target_tasks],
+                    **({"targets": True} if target_tasks else {}), key=f"eoscale-shard-{k}", pure=False,
                     workers=[addresses[j * len(addresses) // len(todo)]] if addresses else None,
                     allow_other_workers=bool(addresses),
                 ))
@@ -228,7 +246,8 @@ def ingest(
         schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
         schema.ATTR_MASKED: masked_pixels(scene_list, gathered["masked"], plan),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
-        schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests),
+        schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths),
+        **(_target_attrs(gathered["target_moments"], target_name, target_units) if target_rasters else {}),
     })
     store_fingerprint = write_collection(store, scene_list, plan, known=gathered["digests"])
     _move_into_place(store, output, work)
@@ -343,11 +362,19 @@ def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dic
     }
 
 
-def input_records(scenes: list[Scene], label_paths: list[str], digests: dict[str, str]) -> list[dict]:
+def _target_attrs(moments, name: str | None, units: str | None) -> dict:
+    """The attributes of a store with per-pixel values (`schema.ATTR_TARGET_*`)."""
+    return {schema.ATTR_TARGET_KIND: "values", schema.ATTR_TARGET_NAME: name or "value",
+            schema.ATTR_TARGET_UNITS: units, schema.ATTR_TARGET_STATISTICS: target_statistics(moments)}
+
+
+def input_records(scenes: list[Scene], label_paths: list[str], digests: dict[str, str], *,
+                  target_paths: list[str] = ()) -> list[dict]:
     """The store's input files for its lineage (`schema.ATTR_INPUTS`): each scene's files, then the label
-    rasters, with absolute path, size and sha256."""
+    rasters, then the value rasters (`--targets`), with absolute path, size and sha256."""
     records = [{"scene": s.id, "role": "scene", "path": p} for s in scenes for p in s.paths]
     records += [{"scene": None, "role": "labels", "path": p} for p in label_paths]
+    records += [{"scene": None, "role": "targets", "path": p} for p in target_paths]
     seen, out = set(), []
     for r in records:
         if r["path"] not in seen:

@@ -63,8 +63,10 @@ def create_skeleton(
     codec: str,
     level: int | None,
     attrs: dict,
+    targets: bool = False,
 ) -> None:
-    """Write the store's metadata and per-tile coordinates; images and labels stay unwritten."""
+    """Write the store's metadata and per-tile coordinates; images and labels (and, with `targets`, the
+    per-pixel values: `schema.TARGETS`, float32, NaN where unknown) stay unwritten."""
     n, bands, t, s = len(plan), len(scenes[0].bands), plan.tile_size, plan.shard_tiles
     dates = tile_dates(plan, scenes)
     steps = dates.shape[1]  # T: one date a scene today
@@ -100,4 +102,8 @@ def create_skeleton(
         # the dates in days, NaT as the smallest int64 (xarray's encoding, explicit so no store depends on a guess)
         schema.DATES: {"units": "days since 1970-01-01", "dtype": "int64"},
     }
+    if targets:
+        ds[schema.TARGETS] = ((schema.TILE, schema.Y, schema.X), da.zeros((n, t, t), dtype=np.float32, chunks=(s, t, t)))
+        encoding[schema.TARGETS] = {"chunks": (1, t, t), "shards": (s, t, t), "_FillValue": np.float32(np.nan),
+                                    "compressors": make_codec(codec, typesize=4, level=level)}
     ds.to_zarr(path, mode="w-", compute=False, encoding=encoding, zarr_format=3, consolidated=False)

@@ -24,6 +24,7 @@ from eoscale.cluster.heap import large_arrays_from_the_heap
 from eoscale.ingest.plan import TilePlan
 from eoscale.ingest.scan import load_scene_labels
 from eoscale.ingest.stats import band_histograms
+from eoscale.ingest.targets import load_scene_targets, target_moments
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.sources import Scene
 from eoscale.store import schema
@@ -51,21 +52,24 @@ def write_shard(
     tile_size: int,
     num_classes: int,
     *scene_labels_ready: object,
+    targets: bool = False,
 ) -> int:
     """Read the shard's tiles, write them as one shard, then record its marker. Returns the tile count.
 
     `scene_labels_ready` are the results of the label tasks of the scenes it cuts: Dask runs this task
-    only once they are done.
+    only once they are done (and, with `targets`, those of the scenes' value rasters: `schema.TARGETS`).
     """
     large_arrays_from_the_heap()
     n, t = len(scene_index), tile_size
     images = np.empty((n, len(scenes[0].bands), t, t), dtype=np.uint16)
     labels = np.empty((n, t, t), dtype=np.uint8)
     valid = np.empty((n, t, t), dtype=bool)
+    values = np.empty((n, t, t), dtype=np.float32) if targets else None
     masked = np.zeros((len(scenes), 2), dtype=np.int64)  # per scene: pixels masked by a mask band, by nodata
     for s in np.unique(scene_index):
         scene = scenes[s]
         scene_labels = load_scene_labels(Path(progress), int(s))
+        scene_values = load_scene_targets(Path(progress), int(s)) if targets else None
         reader = open_reader(scene)
         with gdal_cache(reader.cache_bytes()):
             for positions, row, col0, count in _runs(np.flatnonzero(scene_index == s), row_off, col_off, t):
@@ -77,10 +81,14 @@ def write_shard(
                     images[p] = block.pixels[:, :, k * t : (k + 1) * t]
                     labels[p] = label_block[:, k * t : (k + 1) * t]
                     valid[p] = block_valid[:, k * t : (k + 1) * t]
+                    if scene_values is not None:
+                        values[p] = scene_values[row : row + t, col0 + k * t : col0 + (k + 1) * t]
     # the store has one nodata value (its first scene's), in every band of a pixel without data: whatever each
     # scene's own nodata value, mask or alpha band said, readers need only the store's (all bands at nodata)
     images.transpose(1, 0, 2, 3)[:, ~valid] = store_nodata(scenes)
     labels[~valid] = IGNORE_INDEX
+    if values is not None:
+        values[~valid] = np.nan
     valid_fraction = valid.reshape(n, -1).mean(axis=1).astype(np.float32)
     class_counts = np.stack([np.bincount(lab[lab != IGNORE_INDEX], minlength=num_classes)[:num_classes] for lab in labels])
     # each shard encoded here in one loop and put as one object (eoscale.store.writer: zarr's per-chunk pipeline
@@ -91,17 +99,20 @@ def write_shard(
         # one date a scene (T = 1): each tile's (band, y, x) is its (1, band, y, x), the same bytes
         write_whole_shard(group[schema.IMAGES], shard, images.reshape(n, *group[schema.IMAGES].shape[1:]))
         write_whole_shard(group[schema.LABELS], shard, labels)
+        if values is not None:
+            write_whole_shard(group[schema.TARGETS], shard, values)
     # the sha256 of the shard files just written (still in the page cache, and in parallel over the workers): the
     # store's fingerprint at finalisation then reads only its small metadata files again (eoscale.catalog.digest)
     files = [f"{name}/{group[name].metadata.encode_chunk_key((shard,) + (0,) * (group[name].ndim - 1))}"
-             for name in (schema.IMAGES, schema.LABELS)]
+             for name in (schema.IMAGES, schema.LABELS) + ((schema.TARGETS,) if values is not None else ())]
     files = [f for f in files if (Path(store) / f).is_file()]
     digests = [file_sha256(Path(store) / f) for f in files]
     marker = marker_path(Path(progress), shard)
     tmp = marker.with_name(marker.stem + ".tmp.npz")
     # uncompressed: zlib on the histograms (a few MB a shard) cost a large share of the shard write
     np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=band_histograms(images, valid),
-             masked=masked, digest_files=np.array(files, dtype=str), digests=np.array(digests, dtype=str))
+             masked=masked, digest_files=np.array(files, dtype=str), digests=np.array(digests, dtype=str),
+             **({"target_moments": target_moments(values)} if values is not None else {}))
     os.replace(tmp, marker)
     return n
 
@@ -167,6 +178,7 @@ def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
     valid_fraction = np.empty(len(plan), dtype=np.float32)
     class_counts, histograms, masked = None, None, None
     digests: dict[str, str] = {}
+    moments = None
     for shard in range(plan.num_shards):
         start, stop = plan.shard_range(shard)
         with np.load(marker_path(progress, shard)) as m:
@@ -178,10 +190,14 @@ def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
             class_counts[start:stop] = m["class_counts"]
             histograms += m["histograms"]
             masked += m["masked"]
+            if "target_moments" in m.files:  # a store with targets: their count, sums, min and max
+                part = m["target_moments"]
+                moments = part.copy() if moments is None else np.concatenate(
+                    [moments[:3] + part[:3], [min(moments[3], part[3]), max(moments[4], part[4])]])
             if "digests" in m.files:
                 digests.update(zip(m["digest_files"].tolist(), m["digests"].tolist(), strict=True))
     return {"valid_fraction": valid_fraction, "class_counts": class_counts, "histograms": histograms, "masked": masked,
-            "digests": digests}
+            "digests": digests, **({"target_moments": moments} if moments is not None else {})}
 
 
 def finalize(store: Path, progress: Path, gathered: dict[str, np.ndarray], attrs: dict) -> None:

@@ -3,7 +3,8 @@
 A tile store is a Zarr v3 group that `xarray.open_zarr` opens as a labelled Dataset:
 
 - ``images(tile, time, band, y, x)`` uint16 scaled reflectance, ``labels(tile, y, x)`` uint8 class indices
-  (``IGNORE_INDEX`` for nodata and unmapped codes); one tile (all its dates) per chunk, ``shard_tiles`` tiles
+  (``IGNORE_INDEX`` for nodata and unmapped codes), optionally ``targets(tile, y, x)`` float32 per-pixel values
+  (regression targets, NaN where unknown; attributes ``target_kind`` "values", name, units, statistics); one tile (all its dates) per chunk, ``shard_tiles`` tiles
   per shard. ``time`` has ``attrs['time_steps']`` (T) steps; a single-date store has T = 1.
 - per-tile, per-date coordinates: ``dates(tile, time)`` (datetime64 through xarray, NaT where the date is not
   known) and ``date_valid(tile, time)`` float32 (the share of the tile's pixels with data on that date).
@@ -42,6 +43,7 @@ READABLE_VERSIONS = (1, 2)  # what `eoscale.store.open` reads
 # arrays
 IMAGES = "images"
 LABELS = "labels"
+TARGETS = "targets"  # optional (tile, y, x) float32 per-pixel values (`ingest --targets`), NaN where unknown
 # dimensions
 TILE, TIME, BAND, Y, X, AFFINE, CLASS = "tile", "time", "band", "y", "x", "affine", "class"
 # per-tile coordinates
@@ -79,7 +81,12 @@ ATTR_SCENES = "scenes"  # list of {id, paths, crs, width, height, transform}
 ATTR_INGEST = "ingest"  # the parameters the store was made with, and its summary
 ATTR_UNMAPPED = "unmapped_label_codes"  # {code: pixel count} of label codes not in the class table
 ATTR_TIME_STEPS = "time_steps"  # T, the length of the time axis (schema version 2; version 1: 1)
-ATTR_INPUTS = "inputs"  # the input files: list of {scene (id), role ("scene" | "labels"), path, size, sha256}
+ATTR_INPUTS = "inputs"  # the input files: list of {scene (id), role ("scene" | "labels" | "targets"), path, size, sha256}
+# a store with `targets` (per-pixel values, `ingest --targets`): their kind ("values"), name, units and statistics
+ATTR_TARGET_KIND = "target_kind"
+ATTR_TARGET_NAME = "target_name"
+ATTR_TARGET_UNITS = "target_units"
+ATTR_TARGET_STATISTICS = "target_statistics"  # {mean, std, min, max, valid_pixels} over the stored target pixels
 
 # files beside the arrays
 COLLECTION_FILE = "collection.json"  # the store's STAC Collection (extent, classes, bands, fingerprint, inputs)

@@ -1,6 +1,6 @@
 """The output-writer protocol (`eoscale.infer.outputs`): a target kind's maps are one writer, registered.
 
-A stub writer registered here for the "values" kind (which has no writer of its own yet) writes the raw first
+A stub writer registered here for the "values" kind (in place of its own, `eoscale.infer.outputs.values`) writes the raw first
 channel of the network's output as a float COG, through the real `predict` path, without any other change to
 eoscale: the check that a new task type's maps touch only the files ARCHITECTURE.md's table names. Checkpoints
 written before the target kind was recorded read as classes; an unknown kind is refused in one line, exit 2.
@@ -28,7 +28,6 @@ from eoscale.infer.outputs import (
     Piece,
     partial,
     register_writer,
-    unregister_writer,
     write_cog,
     writer_for,
 )
@@ -100,9 +99,12 @@ class RawWriter(OutputWriter):
 
 @pytest.fixture
 def raw_writer():
+    from eoscale.infer.outputs import writer_class
+
+    before = writer_class("values")  # eoscale's own (eoscale.infer.outputs.values), put back afterwards
     register_writer("values", RawWriter)
     yield RawWriter
-    unregister_writer("values")
+    register_writer("values", before)
 
 
 def _with_target(checkpoint: Path, path: Path, target: object) -> Path:
