@@ -52,8 +52,8 @@ def executed_notebooks(tmp_path_factory, kernel) -> Path:
     from nbclient import NotebookClient
 
     from tests.mlflow_runs import log_known_runs
-    from tests.notebooks.test_notebooks import write_map
     from tests.notebooks.runner import KERNEL
+    from tests.notebooks.test_notebooks import write_map
     from tests.stores import make_store
 
     root = tmp_path_factory.mktemp("docs-notebook-inputs")
@@ -188,7 +188,7 @@ def test_cli_reference_names_every_command_and_option(site):
         parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text)
         importlib.import_module(module_name).configure(parser)
         _options(parser, f"eoscale {name}", expected)
-    for name, (module_name, help_text) in bench_command.BENCHMARKS.items():
+    for name, (module_name, _) in bench_command.BENCHMARKS.items():
         parser = argparse.ArgumentParser(prog=f"eoscale bench {name}")
         importlib.import_module(module_name).configure(parser)
         _options(parser, f"eoscale bench {name}", expected)
@@ -222,8 +222,11 @@ def test_generated_reference_pages(site):
 @pytest.fixture(scope="module")
 def served(site):
     """The built site over HTTP on 127.0.0.1, as a browser sees it."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
