@@ -17,7 +17,7 @@ from rio_cogeo.cogeo import cog_validate
 
 from eoscale.classes import ClassTable, LandCoverClass
 from eoscale.cli import main
-from eoscale.maps.change import change_table, transitions
+from eoscale.maps.change import change_table
 from tests.maps.changes import BUILT, CROPS, GRASS, NODATA, TABLE, TREES, change_pair
 from tests.maps.maps import ORIGIN, write_map
 
