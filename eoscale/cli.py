@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sample": ("eoscale.maps.sample_command", "draw a stratified random sample of a map's pixels for reference labelling (GeoPackage + CSV)"),
     "assess": ("eoscale.maps.assess_command", "accuracy and class areas of a map with 95 %% confidence intervals (Olofsson et al. 2014)"),
     "mosaic": ("eoscale.maps.mosaic_command", "one COG from the maps of several scenes (any UTM zones), overlaps by confidence"),
+    "change": ("eoscale.maps.change_command", "a from–to change map (COG, transition areas) between two land-cover maps of one place"),
     "lineage": ("eoscale.maps.lineage_command", "the chain map → checkpoint → training run → store → scenes, and what changed since"),
     "serve": ("eoscale.serve.command", "serve a checkpoint and its LoRA adapters with Triton Inference Server (HTTP/gRPC, dynamic batching)"),
     "compare": ("eoscale.track.command", "compare MLflow training runs: throughput, scaling efficiency, time to a target mIoU"),

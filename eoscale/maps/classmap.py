@@ -70,14 +70,17 @@ class ClassMap:
         return row_areas_m2(self.crs, self.transform, rows)
 
 
+CLASS_TARGETS = ("classes", "change")  # target kinds whose maps hold class codes with a class table
+
+
 def check_class_map(path: str | Path, tags: dict) -> None:
-    """Refuse, in one line, a map of another target kind than classes (its `EOSCALE_TARGET` tag, written by the
-    output writer of `eoscale.infer.outputs`; a map without the tag holds classes): sampling, accuracy and
-    mosaics work on class maps."""
+    """Refuse, in one line, a map of another target kind than classes or change (its `EOSCALE_TARGET` tag, written
+    by the output writers of `eoscale.infer.outputs` and by `eoscale change`; a map without the tag holds classes):
+    sampling, accuracy and mosaics work on maps of class codes, and a change map's classes are its transitions."""
     target = tags.get(TARGET_TAG) or DEFAULT_TARGET
-    if target != "classes":
+    if target not in CLASS_TARGETS:
         raise InputError(f"map {str(path)!r} holds {target!r}, not classes: eoscale sample, assess and mosaic work on "
-                         "class maps")
+                         "class maps (and change maps)")
 
 
 def open_map(path: str | Path, *, classes: str | Path | None = None) -> ClassMap:
