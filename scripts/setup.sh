@@ -10,6 +10,12 @@ if ! command -v gdalinfo >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v ap
     echo "setup: installing gdal-bin (gdalinfo)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gdal-bin >/dev/null
 fi
+# a real browser for the documentation site's check (tests/docs: the CLI reference rendered headless); Debian's chromium
+if ! command -v chromium >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing chromium (the docs site's browser check)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+        || echo "setup: chromium could not be installed; tests/docs skips its browser check"
+fi
 stamp=.venv/.eoscale-requirements
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [[ -x .venv/bin/python && -f $stamp && "$(cat $stamp)" == "$want" ]]; then

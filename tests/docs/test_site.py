@@ -81,7 +81,9 @@ def site(tmp_path_factory, executed_notebooks) -> Path:
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                # belt and braces where unshare is not allowed: any HTTP(S) request goes nowhere
                http_proxy="http://127.0.0.1:9", https_proxy="http://127.0.0.1:9", no_proxy="",
-               HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="")
+               HTTP_PROXY="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9", NO_PROXY="",
+               # mkdocs-material's notice about MkDocs 2 (a future release, nothing about this site) says WARNING
+               NO_MKDOCS_2_WARNING="1")
     start = time.monotonic()
     result = subprocess.run([*_offline_prefix(), sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
