@@ -30,14 +30,11 @@ from __future__ import annotations
 import colorsys
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import rasterio
-from affine import Affine
-from rasterio.crs import CRS
 from rasterio.enums import Resampling
 from rasterio.vrt import WarpedVRT
 from rasterio.warp import transform_bounds
@@ -47,12 +44,11 @@ from eoscale.classes import IGNORE_INDEX, ClassTable, LandCoverClass
 from eoscale.contract import DEFAULT_TARGET, TARGET_TAG
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.maps.classmap import class_index
-from eoscale.maps.mosaic import MapInput, crs_label, read_map
+from eoscale.maps.mosaic import BLOCKSIZE, Grid, MapInput, crs_label, read_map, to_cog
 from eoscale.maps.publish import partial, published
 from eoscale.raster.pixel_area import M2_PER_HECTARE, pixel_area_m2, row_areas_m2
 
 WINDOW = 1024  # output pixels a side made at a time
-BLOCKSIZE = 256  # COG tiles
 NODATA = 0
 TRANSITIONS_TAG = "EOSCALE_TRANSITIONS"
 MAX_CLASSES = 254  # a class table's limit (eoscale.classes): the change map's transitions must fit it
@@ -131,19 +127,6 @@ def check_pair(a: MapInput, b: MapInput) -> None:
         difference = f"class {x.code} is {x.name!r} {x.color} vs {y.name!r} {y.color}"
     raise InputError(f"maps {str(a.path)!r} and {str(b.path)!r} have different class tables ({difference}): change "
                      "is measured between maps of one class table")
-
-
-@dataclass(frozen=True)
-class Grid:
-    crs: CRS
-    transform: Affine
-    width: int
-    height: int
-
-    def windows(self, size: int) -> Iterator[Window]:
-        for row in range(0, self.height, size):
-            for col in range(0, self.width, size):
-                yield Window(col, row, min(size, self.width - col), min(size, self.height - row))
 
 
 def common_grid(a: MapInput, b: MapInput) -> tuple[Grid, Window]:
@@ -251,7 +234,7 @@ def change(map_a: str | Path, map_b: str | Path, output: str | Path, *, overwrit
                 out.update_tags(**change_tags(a, b, table, listed), OVERVIEW_RESAMPLING="MODE")
                 out.update_tags(1, **{f"CLASS_{c.code}": c.name for c in table.classes})
                 out.set_band_description(1, "land-cover transition code (map A class → map B class)")
-            to_cog(staging, partial(outputs.change))
+            to_cog(staging, partial(outputs.change), "MODE")  # mode overviews: a transition is not averaged
             write_tables(summary, partial(outputs.csv), partial(outputs.json))
             write_quicklook(partial(outputs.change), partial(outputs.quicklook), table, summary)
     finally:
@@ -310,15 +293,6 @@ def write_tables(summary: dict, csv_path: Path, json_path: Path) -> None:
         for r in summary["transitions"]:
             writer.writerow({**r, "hectares": f"{r['hectares']:.4f}", "percent": f"{r['percent']:.4f}"})
     json_path.write_text(json.dumps(summary, indent=2) + "\n")
-
-
-def to_cog(staging: Path, dst: Path) -> None:
-    """A COG by GDAL's COG driver (mode overviews: a transition is not averaged); colours and tags travel along."""
-    import rasterio.shutil
-
-    with rasterio.Env(GDAL_NUM_THREADS="ALL_CPUS"):
-        rasterio.shutil.copy(staging, dst, driver="COG", COMPRESS="DEFLATE", BLOCKSIZE=BLOCKSIZE,
-                             OVERVIEW_RESAMPLING="MODE", NUM_THREADS="ALL_CPUS", BIGTIFF="IF_SAFER")
 
 
 def write_quicklook(change_map: Path, png: Path, table: ClassTable, summary: dict) -> None:

@@ -347,9 +347,9 @@ def mosaic(maps: Sequence[str | Path], output: str | Path, *, crs: str | CRS | N
             if confidence is not None:
                 confidence.update_tags(EOSCALE_MOSAIC_OF=tags["EOSCALE_MOSAIC_OF"], OVERVIEW_RESAMPLING="AVERAGE")
                 confidence.set_band_description(1, "confidence of the mapped class, percent")
-        _to_cog(staged[outputs.landcover], partial(outputs.landcover), "MODE")
+        to_cog(staged[outputs.landcover], partial(outputs.landcover), "MODE")
         if outputs.confidence is not None:
-            _to_cog(staged[outputs.confidence], partial(outputs.confidence), "AVERAGE")
+            to_cog(staged[outputs.confidence], partial(outputs.confidence), "AVERAGE")
         areas = counter.table_records(name=outputs.areas_csv.name[: -len("_areas.csv")])
         write_area_table(areas, partial(outputs.areas_csv), partial(outputs.areas_json))
         for path in outputs.files():  # the class map last
@@ -419,7 +419,7 @@ def _colormap(table: ClassTable, nodata: int) -> dict[int, tuple[int, int, int, 
     return {**{c.code: (*c.rgb, 255) for c in table.classes}, nodata: (0, 0, 0, 0)}
 
 
-def _to_cog(staging: Path, dst: Path, overview: str) -> None:
+def to_cog(staging: Path, dst: Path, overview: str) -> None:
     """A COG (deflate, internal tiles, `overview`-resampled overviews) by GDAL's COG driver; the colour table,
     nodata, tags and band description travel with the copy."""
     import rasterio.shutil
