@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"eoscale {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, description=help_text, add_help=False)
+        # help strings are %-formatted by argparse ("95 %%"), descriptions are not
+        sub.add_parser(name, help=help_text, description=help_text.replace("%%", "%"), add_help=False)
     return parser
 
 
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, rest = argv[0], argv[1:]
     module_name, help_text = COMMANDS[name]
     module = importlib.import_module(module_name)
-    command_parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text)
+    command_parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text.replace("%%", "%"))
     module.configure(command_parser)
     args = command_parser.parse_args(rest)
     try:

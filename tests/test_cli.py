@@ -29,3 +29,11 @@ def test_unknown_command_is_refused(capsys):
         main(["ingestt"])
     assert exit_info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_a_command_description_shows_a_percent_sign_once(capsys):
+    """argparse %-formats help strings ("95 %%") but not descriptions: `eoscale assess --help` said "95 %%"."""
+    with pytest.raises(SystemExit):
+        main(["assess", "--help"])
+    out = capsys.readouterr().out
+    assert "95 %" in out and "%%" not in out

@@ -67,7 +67,7 @@ def main() -> None:
             options = sorted({w.strip("[],") .split("=")[0] for w in text.split() if w.startswith(("--", "[--"))})
             out[f"eoscale {name}"] = {"help": text, "options": [o.lstrip("[") for o in options], "lightning": True}
             continue
-        parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text)
+        parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text.replace("%%", "%"))
         importlib.import_module(module_name).configure(parser)
         walk(parser, f"eoscale {name}", out)
         if name == "bench":  # each benchmark parses its own options (eoscale.bench.command.run)

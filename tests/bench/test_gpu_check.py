@@ -1,5 +1,5 @@
 """`scripts/gpu-check.sh` at a tiny size on the CPU: every step runs, and the JSON it records has the figures
-and the machine. (On a GPU node the same script measures; see README.md, "Profiling".)"""
+and the machine. (On a GPU node the same script measures; see docs/how-to/profiling.md.)"""
 
 from __future__ import annotations
 
