@@ -9,6 +9,7 @@ import pytest
 from eoscale.bench.loader import _gdal_cache_dropper, _libgdal, bench_loader, configure
 
 
+@pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
 def test_bench_loader_returns_every_figure(store):
     report = bench_loader(store, workers=1, batch_size=8, seconds=0.2, repeats=2, torchgeo=False, show=False)
     for key in ("loader", "loader_compact", "shared_memory_off", "direct_decode_off", "zarr_shards", "decode_only",

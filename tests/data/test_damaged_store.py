@@ -62,6 +62,7 @@ def test_a_truncated_shard_stops_the_loader_with_its_name(copy):
                 pass
 
 
+@pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
 def test_a_truncated_shard_stops_a_fit_in_one_line(copy, tmp_path, capsys):
     _truncate(_shard(copy))
     code = main(["fit", "--config", "configs/smoke.yaml", "--data.init_args.store", str(copy),

@@ -105,6 +105,7 @@ def _fit(store, *, callbacks=(), ckpt_path=None, max_epochs=3, **trainer) -> Pix
     return model
 
 
+@pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
 def test_a_fit_resumed_mid_epoch_trains_each_tile_of_that_epoch_once(store, tmp_path):
     whole = _fit(store).seen
     assert whole[1] != whole[2]

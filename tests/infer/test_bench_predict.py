@@ -45,6 +45,7 @@ def test_bench_predict_overlaps_must_hold_the_commands_default():
         bench.run(parser.parse_args(["--overlaps", "0.5"]))
 
 
+@pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
 def test_bench_predict_memory_compares_two_sizes(tmp_path, capsys, monkeypatch):
     """--memory: the command's peak at the reference size and at --size, each in a process of its own, and their
     ratio (here 96² against 128² px, for speed; the bench compares 4,096² with a whole Sentinel-2 tile)."""

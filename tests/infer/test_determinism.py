@@ -22,6 +22,7 @@ def _same_files(a: Path, b: Path, scene_ids: list[str]) -> None:
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
+@pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
 def test_batch_size_does_not_change_the_map(checkpoint, scene, tmp_path):
     reference = _run(checkpoint, [scene], tmp_path / "b16", batch_size=16)
     for batch_size in (1, 5):
@@ -33,6 +34,7 @@ def test_reading_threads_do_not_change_the_map(checkpoint, scene, tmp_path):
     _same_files(reference, _run(checkpoint, [scene], tmp_path / "r3", readers=3, column_tile=200), ["odd"])
 
 
+@pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
 def test_column_tiles_do_not_change_the_map(checkpoint, scene, tmp_path):
     """Sweeping the 347-column scene in tiles (each with its halo) gives the bytes of one full-width sweep."""
     from eoscale.infer.windows import WindowGrid
