@@ -33,7 +33,12 @@ def shared_tracking_uri(tmp_path_factory) -> str:
     return f"sqlite:///{tmp_path_factory.mktemp('fast-dev-runs') / 'mlflow.db'}"
 
 
-@pytest.mark.parametrize("config", [c for c in MODEL_CONFIGS if c not in LARGE_CONFIGS], ids=lambda p: p.stem)
+# configs of another target kind need a store with that target: configs/regression_smoke.yaml (values) is fitted on a
+# store with heights in tests/train/test_regression.py
+CLASS_CONFIGS = [c for c in MODEL_CONFIGS if c not in LARGE_CONFIGS and "target: values" not in c.read_text()]
+
+
+@pytest.mark.parametrize("config", CLASS_CONFIGS, ids=lambda p: p.stem)
 def test_fast_dev_run(config: Path, store: Path, tmp_path: Path, shared_tracking_uri: str, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", shared_tracking_uri)
     # fine-tune configs name the MAE export of the quick start; a smoke run starts from scratch
