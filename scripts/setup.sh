@@ -22,9 +22,14 @@ if [[ -x .venv/bin/python && -f $stamp && "$(cat $stamp)" == "$want" ]]; then
     echo "setup: .venv is up to date"
     exit 0
 fi
+# pip's note for each package absent from an extra index this machine's pip.conf names ("WARNING: Location
+# 'file:///opt/pypi-more/simple/x/' is ignored: it is neither a file nor a directory": hundreds of lines a fresh
+# install, nothing wrong) is dropped from pip's stderr; every other line still shows (tests/test_setup_noise.py)
+PIP_LOCATION_NOTE="^WARNING: Location '[^']*' is ignored: it is neither a file nor a directory\.$"
+quiet_pip() { grep -v -E "$PIP_LOCATION_NOTE" >&2 || true; }
 echo "setup: installing eoscale into .venv (first time: a few minutes)"
 [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip setuptools wheel
+.venv/bin/python -m pip install -q --upgrade pip setuptools wheel 2> >(quiet_pip)
 # setuptools' note on every editable install ("Please be careful with folders in your working directory ...", an
 # InformationOnly warning: nothing is wrong) is dropped by a warnings filter on its exact summary; every other
 # warning and error still shows (tests/test_setup_noise.py)
@@ -32,10 +37,10 @@ EDITABLE_NOTE='ignore:Editable installation.:UserWarning'
 # DeepSpeed (configs/strategy/zero*.yaml) builds none of its ops at install: they would need CUDA and minutes
 # every extra (deepspeed, ray, serve): the tests use them all
 DS_BUILD_OPS=0 PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}$EDITABLE_NOTE" \
-    .venv/bin/python -m pip install -q -e '.[dev,all]'
+    .venv/bin/python -m pip install -q -e '.[dev,all]' 2> >(quiet_pip)
 # eoscale serve: PyTriton (bundles tritonserver) without its numpy<2 pin, see eoscale/_compat/pytriton.py
-.venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0'
+.venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0' 2> >(quiet_pip)
 # Holistic Trace Analysis (--profile summaries): without its declared jupyterlab, which only its notebooks need
-.venv/bin/python -m pip install -q --no-deps 'HolisticTraceAnalysis==0.5.0'
+.venv/bin/python -m pip install -q --no-deps 'HolisticTraceAnalysis==0.5.0' 2> >(quiet_pip)
 echo "$want" > $stamp
 echo "setup: done ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'))"
