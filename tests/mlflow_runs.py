@@ -24,6 +24,8 @@ def log_known_runs(uri: str, *, experiment: str = "eoscale", artifacts: Path | N
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
+    if artifacts is None and uri.startswith("sqlite:///"):  # beside the store, never ./mlruns of the cwd
+        artifacts = Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts"
     found = client.get_experiment_by_name(experiment)
     exp = found.experiment_id if found else client.create_experiment(
         experiment, artifact_location=artifacts.as_uri() if artifacts else None)

@@ -124,7 +124,8 @@ def test_the_assessment_is_logged_on_the_maps_predict_run(tmp_path, labelled, mo
     map_path = write_map(tmp_path / "T32_landcover.tif", codes)  # the sample's map, copied (same sha256)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    predict = client.create_run(client.create_experiment("eoscale-predict")).info.run_id
+    predict = client.create_run(client.create_experiment(  # artifacts under tmp_path, not ./mlruns of the cwd
+        "eoscale-predict", artifact_location=(tmp_path / "mlartifacts").as_uri())).info.run_id
     client.set_terminated(predict, "FINISHED")
     (tmp_path / "T32_item.json").write_text(json.dumps(
         {"type": "Feature", "properties": {"eoscale:predict_run": {"run_id": predict, "tracking_uri": uri}}}))

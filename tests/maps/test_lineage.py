@@ -34,9 +34,10 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tracking(tmp_path_factory) -> tuple[str, str]:
     """A SQLite MLflow store with one finished run in experiment 'eoscale' (about 8 s to create)."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
-    client = MlflowClient(uri)
-    run = client.create_run(client.create_experiment("eoscale"))
+    folder = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = MlflowClient(uri)  # artifacts beside the store, not in ./mlruns of the cwd
+    run = client.create_run(client.create_experiment("eoscale", artifact_location=(folder / "mlartifacts").as_uri()))
     client.set_terminated(run.info.run_id)
     return uri, run.info.run_id
 

@@ -16,5 +16,5 @@ def sqlite_runs(tmp_path_factory) -> tuple[str, dict[str, str]]:
     folder = tmp_path_factory.mktemp("mlflow-sqlite")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     ids = log_known_runs(uri, artifacts=folder / "mlartifacts")
-    MlflowClient(tracking_uri=uri).create_experiment("empty")
+    MlflowClient(tracking_uri=uri).create_experiment("empty", artifact_location=(folder / "mlartifacts").as_uri())
     return uri, ids
