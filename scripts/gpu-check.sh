@@ -3,6 +3,7 @@
 #
 #   bash scripts/gpu-check.sh                          # on a GPU node: full size, figures into benchmarks/
 #   bash scripts/gpu-check.sh --device cpu --size tiny --out /tmp/check --record /tmp/check/benchmarks   # this script's own test
+#   bash scripts/gpu-check.sh --adapters               # also 6. below (about 10 more minutes on one GPU)
 #
 # 1. a synthetic tile store (eoscale synth + ingest; 224-px tiles at full size)
 # 2. eoscale bench gpu: bf16 ViT-B/16 training samples/s and MFU (FLOPs by torch.utils.flop_counter), the
@@ -12,20 +13,24 @@
 #    and comm/compute overlap on a GPU trace) in <out>/fit/profile/ and the run's MLflow artifacts
 # 5. if `nsys` is on PATH: the same fit under Nsight Systems, captured over the steps of the NVTX capture range
 #    (as `eoscale slurm submit … --set nsys=true` does per rank)                → <out>/nsys/fit-rank0.nsys-rep
+# 6. with --adapters: the decisive experiment of issue 34 with the pretraining budget a CPU lacks: MAE on 30
+#    unlabelled synthetic scenes for 3,000 steps of 128 tiles, then scratch / full fine-tuning / LoRA / linear
+#    probe at 100 %, 10 % and 1 % of the labels, held-out mIoU          → <record>/adapters.json
 #
 # Every step prints its figures; the last lines name the files. README.md, "Profiling", says what each means.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-device=cuda size=full out=runs/gpu-check record=benchmarks
+device=cuda size=full out=runs/gpu-check record=benchmarks adapters=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --device) device=$2; shift 2 ;;
         --size) size=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --record) record=$2; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
-        *) echo "gpu-check.sh: error: unknown argument '$1' (give --device cuda|cpu, --size full|tiny, --out DIR, --record DIR)" >&2; exit 2 ;;
+        --adapters) adapters=1; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "gpu-check.sh: error: unknown argument '$1' (give --device cuda|cpu, --size full|tiny, --out DIR, --record DIR, --adapters)" >&2; exit 2 ;;
     esac
 done
 case $device in cuda|cpu) ;; *) echo "gpu-check.sh: error: --device '$device': give cuda or cpu" >&2; exit 2 ;; esac
@@ -69,6 +74,25 @@ if command -v nsys >/dev/null 2>&1; then
         --output="$out/nsys/fit-rank0" eoscale fit "${fit_args[@]}" --steptime.capture_start 4 --steptime.capture_steps 4
 else
     say "5/5 skipped: no nsys on PATH (module load nsight-systems, or install NVIDIA's Nsight Systems)"
+fi
+
+if [[ $adapters == 1 && $size == full ]]; then
+    say "6/6 the decisive experiment: MAE pretraining on unlabelled scenes, then scratch/full/LoRA/linear at 100/10/1 %"
+    for set in unlab:30:100 lab:10:200 held:3:300; do  # name:scenes:seed, 640 px each, as benchmarks/README.md's runs
+        IFS=: read -r name n seed <<<"$set"
+        eoscale synth "$out/$name" --scenes "$n" --size 640 --seed "$seed" --overwrite >/dev/null
+    done
+    eoscale ingest --scenes "$out"/unlab/scenes/*.tif --output "$out/unlab.zarr" --split 0.9,0.1,0 --overwrite --quiet
+    for name in lab held; do
+        split=$([[ $name == held ]] && echo 0,0,1 || echo 0.8,0.1,0.1)
+        eoscale ingest --scenes "$out/$name"/scenes/*.tif --labels "$out/$name"/labels/*.tif \
+            --classes "$out/$name/classes.csv" --output "$out/$name.zarr" --split "$split" --overwrite --quiet
+    done
+    eoscale bench adapters "$out/lab.zarr" --pretrain-store "$out/unlab.zarr" --heldout "$out/held.zarr" \
+        --mae-steps 3000 --mae-batch-size 128 --steps 300 --threads 0 --mlflow "$out/bench-adapters" \
+        --recipe "gpu-context-mae3000" --record "$record"
+elif [[ $adapters == 1 ]]; then
+    say "6/6 skipped: --adapters runs at --size full only"
 fi
 
 say "done: figures in $record/gpu-$device.json and $record/predict.json; profile in $out/fit/profile/*/summary.md"

@@ -1,8 +1,10 @@
 """Rendering a land-cover map into Sentinel-2 L2A reflectance: mixing, texture, sensor blur, noise, clouds.
 
 The steps follow the path of light and of the instrument:
-1. every region gets its class's mixture spectrum (`spectra.region_spectra`);
-2. within a region, spatially correlated texture varies brightness and vegetation cover;
+1. every region gets the mixture spectrum of the class its surface shows (`spectra.region_spectra`; a
+   village's roofs show bare soil, its gardens grass: `LandCover.surfaces`);
+2. within a region, spatially correlated texture varies brightness and vegetation cover, and crop rows
+   stripe the fields;
 3. cloud shadows dim the surface to its diffuse illumination;
 4. the sensor's point-spread function blurs the 10 m image, so pixels on a boundary become linear
    mixtures of both sides, as real 10 m pixels straddling a field edge are;
@@ -29,6 +31,8 @@ PSF_SIGMA_PX = 0.55
 # Noise-equivalent reflectance per band (B02..B12): a few 1e-3, the instrument's noise (MSI SNR of roughly
 # 100-200 at reference radiance) plus the scatter that atmospheric correction adds to L2A reflectance.
 NOISE_REFLECTANCE = (0.003, 0.0025, 0.0025, 0.003, 0.003, 0.003, 0.002, 0.0025, 0.003, 0.004)
+# Vegetation cover amplitude of crop rows and tramlines (a fraction of cover, against soil).
+CROP_ROW_COVER = 0.12
 # A cloud shadow leaves only diffuse skylight: roughly a third to a half of full illumination.
 SHADOW_ILLUMINATION = 0.4
 
@@ -42,7 +46,7 @@ def render_scene(landcover: LandCover, rng: np.random.Generator, *, nodata_fract
     shape = landcover.classes.shape
     index = np.zeros(256, np.intp)
     index[list(CLASS_CODES)] = np.arange(len(CLASS_CODES))
-    classes = index[landcover.classes]
+    classes = index[landcover.classes if landcover.surfaces is None else landcover.surfaces]  # what shows, not the label
 
     table = region_spectra(CLASS_CODES, landcover.n_regions, rng)
     reflectance = np.moveaxis(table[classes, landcover.regions], -1, 0).copy()  # (band, y, x)
@@ -53,7 +57,10 @@ def render_scene(landcover: LandCover, rng: np.random.Generator, *, nodata_fract
     library = endmember_library()
     greening = library.mean("vegetation") - library.mean("soil")
     reflectance *= brightness * np.float32(rng.uniform(0.96, 1.04))  # scene-wide: date and sun angle
-    reflectance += (vigour * fbm(shape, (3.0, 12.0), rng))[None] * greening[:, None, None]
+    cover = vigour * fbm(shape, (3.0, 12.0), rng)
+    if landcover.rows is not None:  # tramlines and crop rows: stripes of more and less vegetation cover
+        cover += CROP_ROW_COVER * landcover.rows
+    reflectance += cover[None] * greening[:, None, None]
 
     clouds, shadows = cloud_masks(coarse_shape(shape), rng, nodata_fraction)
     reflectance[:, upsample(shadows, shape)] *= SHADOW_ILLUMINATION

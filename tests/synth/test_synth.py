@@ -305,3 +305,43 @@ def test_cli_cog_layout_writes_the_safe_products_pixels_with_an_item(tmp_path):
     assert item["assets"]["nir08"]["raster:bands"][0] | {"statistics": None} == item["assets"]["nir08"]["raster:bands"][0] | {
         "scale": 0.0001, "offset": -0.1, "nodata": 0.0, "statistics": None}
     assert {"blue", "rededge1", "swir22", "scl", "visual"} <= set(item["assets"])
+
+
+def test_default_world_needs_context_where_a_pixel_cannot_tell(default_scene):
+    """Built-up (roofs, gardens, streets), orchards (tree cover of crowns on grass) and cropland against grassland:
+    a random forest on one pixel's spectrum confuses them; the same forest given each pixel's 7x7 neighbourhood
+    (local mean and spread of every band) tells them apart far better. Water and forest need no context."""
+    from scipy import ndimage
+    from sklearn.ensemble import RandomForestClassifier
+
+    classes, image = default_scene
+    reflectance = image.astype(np.float32) / 10_000
+    local_mean = np.stack([ndimage.uniform_filter(b, 7) for b in reflectance])
+    local_spread = np.sqrt(np.stack([ndimage.uniform_filter(b * b, 7) for b in reflectance]) - local_mean**2 + 1e-8)
+    rng = np.random.default_rng(0)
+    rows, cols = rng.integers(0, 1000, (2, 40_000))
+    train, test = slice(0, 20_000), slice(20_000, None)
+    labels = classes[rows, cols]
+
+    def iou_by_class(features: np.ndarray) -> dict[int, float]:
+        x = features[:, rows, cols].T
+        forest = RandomForestClassifier(n_estimators=30, max_depth=16, random_state=0, n_jobs=1).fit(x[train], labels[train])
+        predicted, truth = forest.predict(x[test]), labels[test]
+        return {c: ((predicted == c) & (truth == c)).sum() / max(((predicted == c) | (truth == c)).sum(), 1) for c in CLASS_CODES}
+
+    pixel = iou_by_class(reflectance)
+    context = iou_by_class(np.concatenate([reflectance, local_mean, local_spread]))
+    assert pixel[80] > 0.8 and pixel[10] > 0.6  # spectra still decide water and forest
+    assert pixel[50] < 0.5 < context[50] and context[50] - pixel[50] > 0.25  # built-up is a texture, not a spectrum
+    assert context[40] - pixel[40] > 0.02 and context[30] - pixel[30] > 0.03  # fields have stripes, meadows do not
+    assert np.mean(list(context.values())) - np.mean(list(pixel.values())) > 0.04  # 0.07 here; a network gains more
+
+
+def test_village_roofs_show_bare_soil_and_orchards_grass_between_crowns():
+    """What a built-up or orchard pixel shows is not its label: `surfaces` says which spectra render it."""
+    landcover = generate_landcover((400, 400), np.random.default_rng([3, 0]))
+    built = landcover.classes == 50
+    shown = np.unique(landcover.surfaces[built], return_counts=True)
+    shares = dict(zip(shown[0].tolist(), (shown[1] / built.sum()).tolist(), strict=True))
+    assert shares.get(60, 0) > 0.3 and shares.get(30, 0) > 0.1  # roofs as bare soil, gardens as grass
+    assert (landcover.rows[landcover.classes == 40] != 0).mean() > 0.9 and (landcover.rows[landcover.classes != 40] == 0).all()
