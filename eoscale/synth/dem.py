@@ -44,6 +44,7 @@ LON_SPACING = 1.5 * ARC_SECOND  # GLO-30 between 50° and 60° of latitude
 PLAIN_M, REGIONAL_M, RELIEF_M, VALLEY_M = 95.0, 15.0, 12.0, 10.0  # heights of the plain and its shapes
 VALLEY_LENGTH_M = 200.0  # how far from water the valley side rises (e-folding)
 WETLAND_ABOVE_WATER_M = 0.3
+PAD_PX = 20  # terrain drawn beyond the scene's edge (200 m): slopes at the edge have their neighbours
 RELEASED = dt.datetime(2021, 4, 22, tzinfo=dt.UTC)  # GLO-30's public release (its Items' datetime)
 
 
@@ -78,7 +79,9 @@ def write_dem(root: Path, index: int, landcover: LandCover, transform: Affine, *
     """Write scene `index`'s DEM tile (geographic, GLO-30 spacing, covering the scene) with its STAC Item under
     `root/<scene>`; returns {"folder", "dem", "item"} relative to `root`."""
     rng = np.random.default_rng([seed, index, 2])
-    heights = elevation(landcover, rng)
+    # the terrain goes on beyond the scene (mirrored): the tile covers it with a margin, as a 1° tile covers a scene
+    heights = np.pad(elevation(landcover, rng), PAD_PX, mode="reflect")
+    transform = transform @ Affine.translation(-PAD_PX, -PAD_PX)
     height, width = heights.shape
     west, south, east, north = transform_bounds(SCENE_CRS, GEOGRAPHIC, *array_bounds(height, width, transform),
                                                 densify_pts=21)
