@@ -41,7 +41,6 @@ from eoscale.sensors.sentinel1 import (
     BORDER_NOISE_DB,
     DB_FLOOR,
     DB_STORE,
-    DECIBELS,
     LINEAR,
     SENTINEL1,
     STORE_AT_0_DB,

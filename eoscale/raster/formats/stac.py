@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
