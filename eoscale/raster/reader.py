@@ -13,7 +13,10 @@ A scene's classification layer (a SAFE's SCL, `Scene.class_mask`) adds to the ma
 nearest neighbour onto the reference grid, count as masked.
 
 Bands whose file values are not on the store's scale (`BandFile.scale`/`offset`: Sentinel-2 L2A from baseline 04.00)
-are mapped onto it as they are read; a valid pixel stays at least 1 (nodata is 0), nodata stays nodata.
+are mapped onto it as they are read; a valid pixel stays at least 1 (nodata is 0), nodata stays nodata. Float files
+(`BandFile.decode`: SAR backscatter, terrain layers) are read as float and mapped by `eoscale.raster.float_bands`, after
+resampling (a SAR band is resampled in linear power, then taken to decibels). A SAR scene's border noise
+(`Scene.border_noise`) adds to the mask, decided on a halo around each window.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from rasterio.vrt import WarpedVRT
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
+from eoscale.raster.float_bands import to_store
 from eoscale.raster.scene import Scene, nodata_of
 
 
@@ -80,7 +84,9 @@ class SceneReader:
         self._files: list[rasterio.io.DatasetReader] = []
         # path -> [(position in the output, band index in the file)]
         self._reads: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        self._linear = [(p, b.scale, b.offset) for p, b in enumerate(scene.bands) if (b.scale, b.offset) != (1.0, 0.0)]
+        self._linear = [(p, b.scale, b.offset) for p, b in enumerate(scene.bands)
+                        if (b.scale, b.offset) != (1.0, 0.0) and not b.decode]
+        self._float_paths = {b.path for b in scene.bands if b.decode}
         for position, band in enumerate(scene.bands):
             self._reads[band.path].append((position, band.index))
         for path in self._reads:
@@ -108,6 +114,9 @@ class SceneReader:
         self._mask_paths = [p for p in self._reads if on_grid_file(self._datasets[p]) and has_mask_band(self._datasets[p])]
         self._nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p]) else float(scene.nodata)
                         for p in self._reads if p not in self._mask_paths}
+        # a float file's own nodata (what `to_store` maps onto the store's); its store pixels are compared with that
+        self._file_nodata = {p: self._datasets[p].nodata for p in self._float_paths}
+        self._nodata.update({p: float(scene.nodata) for p in self._float_paths if p in self._nodata})
         self._classes: WarpedVRT | None = None
         if scene.class_mask is not None:
             src = rasterio.open(scene.class_mask.path)
@@ -146,13 +155,29 @@ class SceneReader:
             positions = [p for p, _ in reads]
             indexes = [i for _, i in reads]
             try:
-                out[positions] = self._datasets[path].read(indexes, window=window)
+                values = self._datasets[path].read(indexes, window=window)
             except RasterioError as err:
                 message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
                 raise InputError(f"{path!r} could not be read ({message}): the file is damaged or truncated") from None
+            if path in self._float_paths:
+                for (position, _), plane in zip(reads, values, strict=True):
+                    out[position] = self._float_to_store(position, plane)
+            else:
+                out[positions] = values
         for position, scale, offset in self._linear:
             out[position] = self._to_store_scale(out[position], scale, offset)
         return out
+
+    def _float_to_store(self, position: int, values: np.ndarray) -> np.ndarray:
+        band = self.scene.bands[position]
+        return to_store(values, decode=band.decode, scale=band.scale, offset=band.offset,
+                        file_nodata=self._file_nodata[band.path], store_nodata=self.scene.nodata)
+
+    def _border_noise(self, row_off: int, col_off: int, height: int, width: int) -> np.ndarray:
+        """Where the scene's border-noise rule masks the window (read with its halo), shape (height, width)."""
+        rule = self.scene.border_noise
+        top, left, rows, cols, inner = rule.halo(row_off, col_off, height, width, (self.scene.height, self.scene.width))
+        return rule.masked(self.read(top, left, rows, cols), self.scene.nodata)[inner]
 
     def _to_store_scale(self, values: np.ndarray, scale: float, offset: float) -> np.ndarray:
         nodata = self.scene.nodata
@@ -179,6 +204,8 @@ class SceneReader:
             by_mask |= self._dataset_mask(path, window) == 0
         if self._classes is not None:
             by_mask |= self._class_masked(window)
+        if self.scene.border_noise is not None:
+            by_mask |= self._border_noise(row_off, col_off, height, width)
         if self._nodata:
             by_nodata = np.ones((height, width), dtype=bool)
             for path, value in self._nodata.items():
@@ -204,6 +231,8 @@ class SceneReader:
             valid = self.read_reference(window) != self.scene.nodata
         if self._classes is not None:
             valid &= ~self._class_masked(window)
+        if self.scene.border_noise is not None:
+            valid &= ~self._border_noise(row_off, 0, height, self.scene.width)
         return valid
 
     def _dataset_mask(self, path: str, window: Window | None) -> np.ndarray:
@@ -223,6 +252,9 @@ class SceneReader:
         values = sorted(set(self._nodata.values()))
         if values:
             parts.append(f"nodata {', '.join(f'{v:g}' for v in values)} in every band")
+        if self.scene.border_noise is not None:
+            rule = self.scene.border_noise
+            parts.append(f"border noise (every band ≤ {rule.floor_db:g} dB within {rule.margin_px} px of nodata)")
         return " and ".join(parts)
 
     def read_reference(self, window: Window | None = None) -> np.ndarray:
@@ -236,7 +268,10 @@ class SceneReader:
     def read_band(self, position: int, window: Window | None = None) -> np.ndarray:
         band = self.scene.bands[position]
         try:
-            return self._datasets[band.path].read(band.index, window=window).astype(np.uint16, copy=False)
+            values = self._datasets[band.path].read(band.index, window=window)
+            if band.decode:
+                return self._float_to_store(position, values)
+            return values.astype(np.uint16, copy=False)
         except RasterioError as err:
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise InputError(f"{band.path!r} could not be read ({message}): the file is damaged or truncated") from None

@@ -19,6 +19,7 @@ from rasterio.errors import RasterioIOError
 from rasterio.transform import array_bounds
 
 from eoscale.errors import InputError, InputNotFoundError
+from eoscale.raster.border_noise import BorderNoise
 from eoscale.sensors import DEFAULT_SENSOR
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".jp2", ".vrt", ".img")
@@ -37,6 +38,7 @@ class BandFile:
     index: int
     scale: float = 1.0
     offset: float = 0.0
+    decode: str = ""  # a float file's values onto the store's scale: "float" or "power_db" (`eoscale.raster.float_bands`)
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class Scene:
     band_map: tuple[tuple[str, str], ...] = ()  # (the file's band, the name it was given) under --band-map
     skipped: tuple[str, ...] = ()  # files beside the bands that hold no band
     date: dt.date | None = None  # SAFE PRODUCT_START_TIME, Landsat DATE_ACQUIRED, STAC datetime, a TIFF date tag
+    acquisition: dict | None = None  # how it was seen, where the product says (a SAR scene's orbit direction, …)
+    border_noise: BorderNoise | None = None  # a SAR swath's edge strip, masked (`eoscale.raster.border_noise`)
 
     @property
     def band_names(self) -> list[str]:
@@ -104,6 +108,8 @@ class Scene:
                          **({"nodata_bits": self.class_mask.bits} if self.class_mask.bits else {})}}
                if self.class_mask else {}),
             **({"band_map": dict(self.band_map)} if self.band_map else {}),
+            **({"acquisition": self.acquisition} if self.acquisition else {}),
+            **({"border_noise": self.border_noise.to_attrs()} if self.border_noise else {}),
         }
 
 

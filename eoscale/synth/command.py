@@ -6,6 +6,7 @@
     eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
     eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
     eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
+    eoscale synth runs/fusion --sensors s2,s1,dem                # + Sentinel-1 backscatter and a DEM, COG + STAC each
 """
 
 from __future__ import annotations
@@ -54,6 +55,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="mean share of each scene under cloud, written as nodata 0 (0 to 0.5); above 0, some scenes "
         "also get a nodata wedge beyond the swath edge, and clouds cast shadows (default: %(default)s)",
     )
+    parser.add_argument(
+        "--sensors", type=lambda text: [p.strip() for p in text.split(",") if p.strip()], default=["s2"],
+        metavar="s2,s1,dem",
+        help="what to write of each scene's ground: s2 (the optical scenes of --layout, always), s1 (Sentinel-1 "
+        "backscatter: VV, VH linear gamma0 float32 COGs with a Planetary Computer-like STAC Item, under sar/), dem (a "
+        "Copernicus DEM GLO-30-like tile, EPSG:4326, with its Item, under dem/) (default: s2)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set in the output directory")
 
 
@@ -73,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
             nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
+            sensors=args.sensors,
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(

@@ -10,6 +10,10 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
     scenes/LC09_L2SP_…_02_T1/                 --layout landsat: a Landsat 9 C2 L2 folder with MTL, QA_PIXEL and a
                                               STAC Item (`eoscale.synth.landsat`), 30 m
     labels/<scene_id>_landcover.tif           WorldCover codes, EPSG:3035 at 20 m
+    sar/S1A_IW_GRDH_1SDV_…/                   --sensors s2,s1: Sentinel-1 backscatter COGs (vv, vh) and their STAC Item
+                                              of the same ground (`eoscale.synth.sar`)
+    dem/<scene_id>/Copernicus_DSM_COG_…_DEM.* --sensors s2,dem: a Copernicus DEM tile under the scene and its STAC Item
+                                              (`eoscale.synth.dem`)
     manifest.json
 
 A set is written into a hidden sibling directory and renamed into place at the end, so an interrupted run
@@ -50,6 +54,7 @@ from eoscale.synth.scene import (
 )
 
 LAYOUTS = ("multiband", "perband", "safe", "cog", "landsat")
+SENSORS_WRITTEN = ("s2", "s1", "dem")  # --sensors: the optical scenes (always), Sentinel-1 backscatter, a DEM
 DEFAULT_BASELINE = "05.10"  # --layout safe: the processing baseline of today's products (with BOA_ADD_OFFSET)
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = "eoscale-synth/1"
@@ -71,6 +76,8 @@ class SynthResult:
     class_table_path: Path
     manifest_path: Path
     item_paths: list[Path] = field(default_factory=list)  # cog, landsat: each scene's STAC Item
+    sar_items: list[Path] = field(default_factory=list)  # --sensors …s1: each scene's Sentinel-1 Item (its folder beside)
+    dem_items: list[Path] = field(default_factory=list)  # --sensors …dem: each scene's DEM Item (the COG beside it)
 
     @classmethod
     def from_manifest(cls, out_dir: str | Path) -> SynthResult:
@@ -95,6 +102,8 @@ class SynthResult:
             class_table_path=out_dir / manifest["class_table"],
             manifest_path=out_dir / MANIFEST,
             item_paths=[out_dir / s["item"] for s in scenes if "item" in s],
+            sar_items=[out_dir / s["sentinel1"]["item"] for s in scenes if "sentinel1" in s],
+            dem_items=[out_dir / s["dem"]["item"] for s in scenes if "dem" in s],
         )
 
 
@@ -114,15 +123,18 @@ def synthesize(
     baseline: str = DEFAULT_BASELINE,
     overwrite: bool = False,
     on_scene: Callable[[int, str], None] | None = None,
+    sensors: tuple[str, ...] | list[str] = ("s2",),
 ) -> SynthResult:
     """Write a set of synthetic Sentinel-2 L2A scenes with land-cover labels into `out_dir`.
 
     `size` is pixels of 10 m, square or (height, width); `nodata_fraction` is the mean share of a scene under
     cloud (0 for none; above 0, some scenes also lose a wedge beyond the swath edge); `on_scene(i, id)` is
     called after each scene is written; `baseline` is the processing baseline a SAFE product (`layout="safe"`) is
-    written under (the same scene holds the same reflectance under any).
+    written under (the same scene holds the same reflectance under any). `sensors` adds, of the same ground, Sentinel-1
+    backscatter ("s1") and a DEM ("dem") beside the optical scenes ("s2", always written).
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
+    extra = _check_sensors(sensors)
     check_baseline(baseline)
     scenes, seed, nodata_fraction = int(scenes), int(seed), float(nodata_fraction)
     out_dir = Path(out_dir)
@@ -135,12 +147,14 @@ def synthesize(
         table.save(staging / CLASS_TABLE_FILE)
         records = []
         for index in range(scenes):
-            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline))
+            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, extra))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
         if layout in ("safe", "cog"):
             manifest["processing_baseline"] = baseline
+        if extra:
+            manifest["sensors"] = ["s2", *extra]
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _move_into_place(staging, target)
     except BaseException:
@@ -155,7 +169,7 @@ def scene_id(index: int) -> str:
 
 def _write_scene(
     root: Path, index: int, shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float, table: ClassTable,
-    baseline: str = DEFAULT_BASELINE,
+    baseline: str = DEFAULT_BASELINE, extra: tuple[str, ...] = (),
 ) -> dict:
     sid = scene_id(index)
     rng = np.random.default_rng([seed, index])  # one stream per scene: scene i never depends on the others
@@ -195,6 +209,17 @@ def _write_scene(
     (root / "labels").mkdir(exist_ok=True)
     record["labels"] = f"labels/{sid}_landcover.tif"
     write_labels(root / record["labels"], landcover.classes, transform, table, {"scene_id": sid, "source": "eoscale synth"})
+    if "s1" in extra:
+        from eoscale.synth.sar import write_sentinel1
+
+        written = write_sentinel1(root / "sar", index, landcover, transform, seed=seed)
+        record["sentinel1"] = {"folder": f"sar/{written['folder']}", "item": f"sar/{written['item']}",
+                               "bands": {band: f"sar/{path}" for band, path in written["bands"].items()}}
+    if "dem" in extra:
+        from eoscale.synth.dem import write_dem
+
+        written = write_dem(root / "dem", index, landcover, transform, seed=seed, scene=sid)
+        record["dem"] = {"file": f"dem/{written['dem']}", "item": f"dem/{written['item']}"}
     west, north = transform.c, transform.f
     record["bounds"] = [west, north - shape[0] * SCENE_RESOLUTION_M, west + shape[1] * SCENE_RESOLUTION_M, north]
     return record
@@ -237,6 +262,16 @@ def _check_arguments(scenes: int, size: int | tuple[int, int], seed: int, layout
     if isinstance(nodata_fraction, bool) or not isinstance(nodata_fraction, (int, float)) or not 0 <= nodata_fraction <= 0.5:
         raise InputError(f"nodata_fraction={nodata_fraction!r}: give a fraction between 0 and 0.5")
     return int(shape[0]), int(shape[1])
+
+
+def _check_sensors(sensors: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """The sensors written besides the optical scenes, in a fixed order; the optical scenes must be among `sensors`."""
+    given = [str(s).strip().lower() for s in sensors]
+    unknown = [s for s in given if s not in SENSORS_WRITTEN]
+    if unknown or "s2" not in given:
+        raise InputError(f"sensors={','.join(given)!r}: give s2 (the optical scenes, always written) and any of "
+                         f"s1 (Sentinel-1 backscatter), dem (a Copernicus DEM), e.g. --sensors s2,s1,dem")
+    return tuple(s for s in SENSORS_WRITTEN[1:] if s in given)
 
 
 def _is_int(value: object) -> bool:

@@ -27,7 +27,7 @@ def layouts(tmp_path_factory):
 
 def test_formats_are_registered_in_the_order_they_are_asked():
     assert [f.name for f in FORMATS] == ["Sentinel-2 L2A SAFE", "STAC Item", "Landsat Collection 2 Level-2 folder",
-                                         "band folder", "multiband file"]
+                                         "Sentinel-1 folder", "band folder", "multiband file"]
 
 
 def test_each_layout_is_detected_by_its_format(layouts):

@@ -19,6 +19,8 @@ Item JSON files, read through pystac.
 - The scene's mask is its `scl` asset (the SAFE path's classes) or its `qa_pixel` asset (the Landsat folder's bits).
 - The scene's date is the Item's `datetime` (else its `start_datetime`).
 - An Item JSON given as a scene (`--scenes item.json`) is opened as one (the format `FORMAT`).
+- Items of a sensor another format reads (Sentinel-1 backscatter: `eoscale.raster.formats.sentinel1`) are handed to it
+  (`ITEM_OPENERS`).
 - Compute nodes are offline: an asset href must be a local or relative path (relative to the Item's file); an
   http(s) or cloud href is refused with one line saying to download the assets first.
 """
@@ -29,6 +31,7 @@ import datetime as dt
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -58,6 +61,9 @@ LANDSAT_ASSETS = dict(SENSORS[LANDSAT_OLI].assets)
 GENERIC_ASSETS = dict(SENSORS[GENERIC].assets)
 LABEL_ASSET_KEYS = ("map", "labels", "landcover", "classification", "data")  # which asset of a label Item, if several
 _REMOTE = ("http", "https", "s3", "gs", "az", "abfs", "ftp")
+# sensors whose Items another format opens ({sensor: open(source, bands=…)}: Sentinel-1 backscatter,
+# `eoscale.raster.formats.sentinel1`), filled in by `eoscale.raster.formats`
+ITEM_OPENERS: dict[str, Callable[..., Scene]] = {}
 
 
 @dataclass(frozen=True)
@@ -228,6 +234,8 @@ def open_item(source: ItemSource, *, bands: list[str] | None = None, scl_classes
     """The scene an Item describes (see the module docstring)."""
     item = source.item
     sensor, platform = item_sensor(source)
+    if sensor in ITEM_OPENERS:
+        return ITEM_OPENERS[sensor](source, bands=bands)
     found = band_assets(source, sensor)
     if not found:
         raise InputError(f"STAC item {item.id!r} ({source.path}) has no band assets eoscale can name (assets: "
