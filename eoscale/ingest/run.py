@@ -36,12 +36,11 @@ from eoscale.ingest.lock import check_replaceable, is_tile_store, one_writer
 from eoscale.ingest.plan import make_plan
 from eoscale.ingest.scan import only_nodata, scan_parts, scan_validity, warp_labels
 from eoscale.ingest.series import (
-    Place,
     group_places,
     parse_composite,
-    plan_steps,
     read_dates_csv,
     series_attrs,
+    series_windows,
     step_dates,
     time_steps,
 )
@@ -223,7 +222,7 @@ def ingest(
                 raise only_nodata(scene_list[i])  # a date of a time series may be under cloud all over: a masked step
             window_valid.append(np.concatenate([fractions for fractions, _ in parts], axis=0))
         if places is not None:
-            places, window_valid = _series_windows(places, window_valid, max_dates, interval)
+            places, window_valid = series_windows(places, window_valid, max_dates=max_dates, composite=interval)
         lap("scan")
         plan = make_plan(window_valid, tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
                          min_valid=min_valid, fractions=split, split_block=split_block, seed=seed,
@@ -321,26 +320,6 @@ def ingest(
         sensor=scene_list[0].sensor,
         skipped=[p for s in scene_list for p in s.skipped],
     )
-
-
-def _series_windows(places: list[Place], window_valid: list[np.ndarray], max_dates: int | None,
-                    interval: int | str | None) -> tuple[list[Place], list[np.ndarray]]:
-    """The places with their time steps, and each place's window valid fractions for the plan: a window is kept
-    when, on its clearest step's scene, enough of it holds data (`window_valid` is per scene, places' scenes in
-    order)."""
-    per_place, start = [], 0
-    for place in places:
-        per_place.append(window_valid[start : start + len(place.scenes)])
-        start += len(place.scenes)
-    clear = [np.array([float(f.mean()) for f in fractions]) for fractions in per_place]
-    places = plan_steps(places, clear, max_dates=max_dates, composite=interval)
-    combined = []
-    for place, fractions in zip(places, per_place, strict=True):
-        used = sorted({j for step in place.steps for j in step.scenes})
-        if not used or not any(fractions[j].max() > 0 for j in used):
-            raise InputError(f"place {place.id!r} holds only nodata (clouds or masks) on every date: leave it out")
-        combined.append(np.max([fractions[j] for j in used], axis=0))
-    return places, combined
 
 
 def _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block) -> None:

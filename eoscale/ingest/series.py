@@ -118,7 +118,8 @@ def date_scenes(scenes: list[Scene], rows: list[tuple[str, dt.date, str | None]]
                          f"({', '.join(undated[:3])}{', …' if len(undated) > 3 else ''}): a time series needs every "
                          f"scene's date; list the undated ones with their dates in --dates-csv (path,date)")
     if undated:
-        raise InputError(f"no date can be read from scene {undated[0]!r} ({dated[0].paths[0] if dated[0].paths else ''}): "
+        first = next(s for s in dated if s.date is None)
+        raise InputError(f"no date can be read from scene {first.id!r} ({first.paths[0] if first.paths else ''}): "
                          f"its format records none; list the scenes with their dates in --dates-csv (path,date)")
     return dated, places
 
@@ -217,6 +218,26 @@ def plan_steps(places: list[Place], clear: list[np.ndarray], *, max_dates: int |
             steps.append(Step(start, tuple(j for j, d in enumerate(place.dates) if start <= d < stop)))
         out.append(replace(place, steps=tuple(steps)))
     return out
+
+
+def series_windows(places: list[Place], window_valid: list[np.ndarray], *, max_dates: int | None = None,
+                   composite: int | str | None = None) -> tuple[list[Place], list[np.ndarray]]:
+    """The places with their time steps, and each place's window valid fractions for the plan: a window is kept
+    when, on its clearest step's scene, enough of it holds data (`window_valid` is per scene, places' scenes in
+    order)."""
+    per_place, start = [], 0
+    for place in places:
+        per_place.append(window_valid[start : start + len(place.scenes)])
+        start += len(place.scenes)
+    clear = [np.array([float(f.mean()) for f in fractions]) for fractions in per_place]
+    places = plan_steps(places, clear, max_dates=max_dates, composite=composite)
+    combined = []
+    for place, fractions in zip(places, per_place, strict=True):
+        used = sorted({j for step in place.steps for j in step.scenes})
+        if not used or not any(fractions[j].max() > 0 for j in used):
+            raise InputError(f"place {place.id!r} holds only nodata (clouds or masks) on every date: leave it out")
+        combined.append(np.max([fractions[j] for j in used], axis=0))
+    return places, combined
 
 
 def composite_starts(first: dt.date, last: dt.date, composite: int | str) -> list[dt.date]:
