@@ -217,3 +217,38 @@ def test_bad_series_inputs_fail_in_one_line(seasons, tmp_path, capsys):
                        "--max-dates", "2")
     assert_one_line_error(code, err, "not both")
     _no_store(tmp_path, "e.zarr")
+
+
+@pytest.mark.slow
+def test_a_killed_series_ingest_resumes_to_an_identical_store(seasons, tmp_path):
+    """SIGKILL midway and rerun: the same store as an uninterrupted ingest; other date options do not resume it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def command(out, *extra: str) -> list[str]:
+        return [sys.executable, "-m", "eoscale", "ingest", "--time-series", "--scenes",
+                str(seasons / "safe" / "scenes" / "*"), "--output", str(out), "--tile-size", "16", "--shard-tiles", "4",
+                "--workers", "1", "-q", *extra]
+
+    def tree(root) -> dict[str, bytes]:
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    reference = tmp_path / "reference.zarr"
+    subprocess.run(command(reference), check=True, capture_output=True)
+    out, progress = tmp_path / "resumed.zarr", tmp_path / "resumed.zarr.partial" / "progress"
+    victim = subprocess.Popen(command(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(progress.glob("shard-*[0-9].npz"))) < 5:
+        time.sleep(0.02)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    written = len(list(progress.glob("shard-*[0-9].npz")))
+    assert 0 < written < len(list((reference / "images" / "c").iterdir())), "the kill should land midway"
+    other = subprocess.run(command(out, "--max-dates", "3"), capture_output=True, text=True)
+    assert other.returncode == 2 and "other inputs or options" in other.stderr
+    finished = subprocess.run(command(out), check=True, capture_output=True, text=True)
+    assert "kept from an earlier run" in finished.stderr
+    assert tree(out) == tree(reference)
