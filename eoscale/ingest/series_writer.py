@@ -81,7 +81,7 @@ def write_series_shard(
             if not stack:
                 continue  # a composite interval without an acquisition: a masked step
             observations[mine, k] = np.sum([c.reshape(len(mine), -1).any(axis=1) for _, c in stack], axis=0)
-            if len(stack) == 1 and not composite:
+            if len(stack) == 1:  # one observation (a date as it is, or alone in its interval): its own pixels
                 images[mine, k], valid[mine, k] = stack[0]
             else:
                 images[mine, k], valid[mine, k] = _median(stack, nodata)

@@ -156,6 +156,25 @@ def test_monthly_composites_record_their_observations(seasons, tmp_path, capsys)
     assert ds.attrs[schema.ATTR_INGEST]["time_series"]["composite"] == "monthly"
 
 
+def test_composites_are_medians_of_the_clear_observations(seasons, series_stores, tmp_path, capsys):
+    """120-day intervals from 14 February: the first holds three dates; each pixel is the median of its clear ones."""
+    code, err = ingest(capsys, tmp_path / "c.zarr", "--scenes", seasons / "safe" / "scenes" / "*", "--composite",
+                       "120d")
+    assert code == 0, err
+    composite, dates = _load(tmp_path / "c.zarr"), _load(series_stores / "safe.zarr")
+    full = [k for k, s in enumerate(dates.attrs[schema.ATTR_SCENES]) if len(s["series"]) == DATES]
+    tiles = np.isin(dates[schema.SCENE].values, full)
+    assert (composite[schema.OBSERVATIONS].values[tiles, 0] <= 3).all()
+    assert (composite[schema.OBSERVATIONS].values[tiles, 0] == 3).any()
+    first = dates[schema.IMAGES].values[tiles, :3].astype(np.float32)
+    first[first == 0] = np.nan
+    with np.errstate(all="ignore"), __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        expected = np.nan_to_num(np.rint(np.nanmedian(first, axis=1)), nan=0).astype(np.uint16)
+    np.testing.assert_array_equal(composite[schema.IMAGES].values[tiles, 0], expected)
+    assert str(composite[schema.DATES].values[0, 1])[:10] == "2024-06-13"
+
+
 def test_max_dates_keeps_the_clearest_dates(seasons, tmp_path, capsys):
     code, err = ingest(capsys, tmp_path / "x.zarr", "--scenes", seasons / "safe" / "scenes" / "*", "--max-dates", "3")
     assert code == 0, err
