@@ -40,6 +40,7 @@ from eoscale.sensors import LANDSAT_OLI, SENSORS
 from eoscale.synth.cog import write_cog
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.landsat import write_landsat
+from eoscale.synth.phenology import SEASON_CLASSES
 from eoscale.synth.render import render_scene
 from eoscale.synth.safe import check_baseline, write_safe
 from eoscale.synth.scene import (
@@ -52,6 +53,7 @@ from eoscale.synth.scene import (
     write_labels,
     write_multiband,
 )
+from eoscale.synth.season import DATES_FILE, acquisition_dates, check_season, write_season
 
 LAYOUTS = ("multiband", "perband", "safe", "cog", "landsat")
 SENSORS_WRITTEN = ("s2", "s1", "dem")  # --sensors: the optical scenes (always), Sentinel-1 backscatter, a DEM
@@ -124,6 +126,7 @@ def synthesize(
     overwrite: bool = False,
     on_scene: Callable[[int, str], None] | None = None,
     sensors: tuple[str, ...] | list[str] = ("s2",),
+    dates: int | None = None,
 ) -> SynthResult:
     """Write a set of synthetic Sentinel-2 L2A scenes with land-cover labels into `out_dir`.
 
@@ -131,10 +134,16 @@ def synthesize(
     cloud (0 for none; above 0, some scenes also lose a wedge beyond the swath edge); `on_scene(i, id)` is
     called after each scene is written; `baseline` is the processing baseline a SAFE product (`layout="safe"`) is
     written under (the same scene holds the same reflectance under any). `sensors` adds, of the same ground, Sentinel-1
-    backscatter ("s1") and a DEM ("dem") beside the optical scenes ("s2", always written).
+    backscatter ("s1") and a DEM ("dem") beside the optical scenes ("s2", always written). With `dates`, each of the
+    `scenes` places is seen on that many dates through a year, its classes changing with the season
+    (`eoscale.synth.season`).
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
     extra = _check_sensors(sensors)
+    if dates is not None:
+        check_season(dates, layout)
+        if extra:
+            raise InputError("a season (--dates) is written of Sentinel-2 alone today: drop --sensors or --dates")
     check_baseline(baseline)
     scenes, seed, nodata_fraction = int(scenes), int(seed), float(nodata_fraction)
     out_dir = Path(out_dir)
@@ -143,14 +152,19 @@ def synthesize(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
-        table = class_table()
+        table = class_table() if dates is None else SEASON_CLASSES
         table.save(staging / CLASS_TABLE_FILE)
         records = []
-        for index in range(scenes):
+        if dates is not None:
+            records = write_season(staging, places=scenes, dates=int(dates), shape=shape, seed=seed, layout=layout,
+                                   cloud_fraction=nodata_fraction, baseline=baseline, on_scene=on_scene)
+        for index in range(scenes if dates is None else 0):
             records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, extra))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
+        if dates is not None:
+            manifest.update(dates=[d.date().isoformat() for d in acquisition_dates(int(dates))], dates_file=DATES_FILE)
         if layout in ("safe", "cog"):
             manifest["processing_baseline"] = baseline
         if extra:
