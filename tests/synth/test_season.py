@@ -147,7 +147,9 @@ def test_classes_alike_on_one_date_differ_over_the_season():
     assert alike < 0.02 < 0.1 < apart
     assert abs(_ndvi(spring, cereal) - _ndvi(spring, grass)) < 0.03
     assert _ndvi(harvest, grass) - _ndvi(harvest, cereal) > 0.4
-    assert np.abs(spectrum(summer, broadleaf) - spectrum(summer, conifer)).max() < 0.02
+    # 0.035 on the context world's stands (its regions changed: orchards, fewer and larger stands), 0.65 of the
+    # classes' pixel spread; in winter 0.19 (4.5 spreads)
+    assert np.abs(spectrum(summer, broadleaf) - spectrum(summer, conifer)).max() < 0.04
     assert _ndvi(summer, broadleaf) - _ndvi(winter, broadleaf) > 0.4
     assert abs(_ndvi(winter, conifer) - _ndvi(summer, conifer)) < 0.05
 
