@@ -6,6 +6,7 @@
     eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
     eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
     eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
+    eoscale synth runs/pairs --change                            # + each place a year later, with change labels
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="mean share of each scene under cloud, written as nodata 0 (0 to 0.5); above 0, some scenes "
         "also get a nodata wedge beyond the swath edge, and clouds cast shadows (default: %(default)s)",
     )
+    parser.add_argument(
+        "--change", action="store_true",
+        help="also write each scene a year later with known changes (forest loss, new built-up, cropland expansion, "
+        "water gain and loss): scenes/<id>_after.tif, its land cover and the change labels labels/<id>_change.tif "
+        "(codes of change_classes.csv); both dates carry their acquisition date; multiband only",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set in the output directory")
 
 
@@ -72,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
 
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
-            nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
+            nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite,
+            change=args.change, on_scene=progress,
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(
@@ -81,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(f"  manifest:    {result.manifest_path}")
     console.print(f"  class table: {result.class_table_path}")
+    if args.change:
+        console.print(f"  change:      {result.out_dir / 'change_classes.csv'} (second dates: scenes/*_after.tif)")
     return 0
 
 
