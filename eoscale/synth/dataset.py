@@ -35,7 +35,14 @@ from eoscale.bands import NODATA, REFLECTANCE_SCALE, SENTINEL2_L2A
 from eoscale.classes import WORLDCOVER, ClassTable
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.sensors import LANDSAT_OLI, SENSORS
-from eoscale.synth.change import CHANGE_TABLE, change_areas, change_landcover, date_tags, dates_of, write_change_table
+from eoscale.synth.change import (
+    CHANGE_TABLE,
+    change_areas,
+    change_landcover,
+    date_tags,
+    dates_of,
+    write_change_table,
+)
 from eoscale.synth.cog import write_cog
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.landsat import write_landsat

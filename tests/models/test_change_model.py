@@ -31,7 +31,7 @@ def test_the_dates_are_encoded_by_the_same_weights_and_their_order_matters():
         # the shared encoder: date b's features alone equal b encoded as the first date
         fa = model.neck(model.backbone(a))
         pair = model.neck(model.backbone(torch.cat([a, b])))
-    assert all(torch.allclose(x[:1], y, atol=1e-5) for x, y in zip(pair, fa))
+    assert all(torch.allclose(x[:1], y, atol=1e-5) for x, y in zip(pair, fa, strict=True))
     assert not torch.allclose(ab, ba)  # from-to: swapping the dates is another change
     assert not torch.allclose(ab, aa)
 

@@ -12,7 +12,15 @@ import rasterio
 from eoscale.cli import main
 from eoscale.raster.scene import tiff_date
 from eoscale.synth import synthesize
-from eoscale.synth.change import CHANGE_TABLE, CROP_EXPANSION, FOREST_LOSS, NEW_BUILT, STABLE, WATER_GAIN, WATER_LOSS
+from eoscale.synth.change import (
+    CHANGE_TABLE,
+    CROP_EXPANSION,
+    FOREST_LOSS,
+    NEW_BUILT,
+    STABLE,
+    WATER_GAIN,
+    WATER_LOSS,
+)
 from eoscale.synth.landcover import BARE, BUILT, CROP, GRASS, TREE, WATER, WETLAND
 
 
