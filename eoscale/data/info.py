@@ -42,7 +42,24 @@ def describe(path: str) -> dict:
         "masked_pixels": attrs.get(schema.ATTR_MASKED, []),  # stores before eoscale recorded it have none
         "bytes_on_disk": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
         "shard_files": sum(1 for f in images.rglob("*") if f.is_file() and f.name != "zarr.json"),
+        "dates": _time_steps(ds),
     }
+
+
+def _time_steps(ds) -> list[dict]:
+    """Per time step: the dates its tiles hold (ISO, NaT left out), their mean valid share, the tiles masked on it
+    (no pixel with data that date), and for composites the mean clear observations."""
+    dates = ds[schema.DATES].values.astype("datetime64[D]")
+    valid = ds[schema.DATE_VALID].values
+    observations = ds[schema.OBSERVATIONS].values if schema.OBSERVATIONS in ds.coords else None
+    out = []
+    for k in range(dates.shape[1]):
+        known = dates[:, k][~np.isnat(dates[:, k])]
+        out.append({"step": k, "dates": [str(d) for d in np.unique(known)],
+                    "mean_valid": float(valid[:, k].mean()) if len(valid) else 0.0,
+                    "masked_tiles": int((valid[:, k] == 0).sum()),
+                    **({"mean_observations": float(observations[:, k].mean())} if observations is not None else {})})
+    return out
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +128,14 @@ def run(args: argparse.Namespace) -> int:
             masked.add_row(m["scene"], m["validity"], str(m["pixels"]),
                            *(f"{m[k]} ({100 * m[k] / total:.1f}%)" for k in ("by_mask", "by_nodata")))
         console.print(masked)
+    if any(step["dates"] for step in info["dates"]):
+        steps = Table(title=f"time steps ({info['time_steps']} a tile): dates, valid share, tiles masked that step")
+        for col, justify in (("step", "right"), ("dates", "left"), ("mean valid", "right"), ("masked tiles", "right")):
+            steps.add_column(col, justify=justify)
+        for step in info["dates"]:
+            shown = ", ".join(step["dates"][:4]) + (f", … ({len(step['dates'])})" if len(step["dates"]) > 4 else "")
+            steps.add_row(str(step["step"]), shown or "-", f"{step['mean_valid']:.2f}", str(step["masked_tiles"]))
+        console.print(steps)
     if info["unmapped_label_codes"]:
         console.print(f"label codes not in the class table (ignored): {info['unmapped_label_codes']}")
     return 0

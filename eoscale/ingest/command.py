@@ -100,6 +100,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
                             "(default: dask-jobqueue's own configuration)")
     slurm.add_argument("--slurm-log-dir", default="logs", metavar="DIR",
                        help="folder of the worker jobs' output (default: %(default)s)")
+    series = parser.add_argument_group(
+        "time series: dated scenes of the same places as tiles with a time axis (eoscale.ingest.series)")
+    series.add_argument("--time-series", action="store_true",
+                        help="group the scenes by place and stack each place's dates (from the products' metadata: "
+                             "SAFE MTD, Landsat MTL, STAC datetime, a GeoTIFF's ACQUISITIONDATETIME) as time steps, "
+                             "sorted by date, each date with its own mask; implied by the options below")
+    series.add_argument("--dates-csv", metavar="CSV",
+                        help="scenes listed with their dates (columns path,date[,place]; paths relative to the CSV), "
+                             "for files whose metadata holds no date; a place column groups them")
+    series.add_argument("--group-by", choices=("footprint", "grid", "all"), default="footprint",
+                        help="which scenes are one place: footprint: overlapping by more than half (other grids are "
+                             "warped onto the earliest scene's); grid: the identical grid; all: every scene "
+                             "(default: %(default)s)")
+    series.add_argument("--max-dates", type=int, metavar="N",
+                        help="keep at most N dates a place, the clearest ones (default: all)")
+    series.add_argument("--composite", metavar="monthly|16d|Nd",
+                        help="regular composites instead of the dates as they are: the per-pixel median of the clear "
+                             "observations in each calendar month or interval of N days (as sits' regularisation), "
+                             "with the observation count stored")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing store (only once the new one is complete)")
     parser.add_argument("--verify", action="store_true",
                         help="resume only if the inputs' contents are unchanged (sha256 of every file; reads them once "
@@ -139,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
+            time_series=args.time_series, dates_csv=args.dates_csv, group_by=args.group_by, max_dates=args.max_dates,
+            composite=args.composite,
         )
     if summary.skipped:
         from eoscale.raster.sources import describe_skipped

@@ -35,6 +35,16 @@ from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
 from eoscale.ingest.lock import check_replaceable, is_tile_store, one_writer
 from eoscale.ingest.plan import make_plan
 from eoscale.ingest.scan import only_nodata, scan_parts, scan_validity, warp_labels
+from eoscale.ingest.series import (
+    group_places,
+    parse_composite,
+    read_dates_csv,
+    series_attrs,
+    series_windows,
+    step_dates,
+    time_steps,
+)
+from eoscale.ingest.series_writer import write_series_shard
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
@@ -106,9 +116,16 @@ def ingest(
     overwrite: bool = False,
     verify: bool = False,
     progress: bool = True,
+    time_series: bool = False,
+    dates_csv: str | None = None,
+    group_by: str = "footprint",
+    max_dates: int | None = None,
+    composite: str | None = None,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
-    into a tile store at `output`. See the module docstring."""
+    into a tile store at `output`. See the module docstring. With `time_series` (or `dates_csv`, `max_dates`,
+    `composite`), dated scenes of the same places become tiles with a time step a date or composite interval
+    (`eoscale.ingest.series`)."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
@@ -119,13 +136,24 @@ def ingest(
         raise OutputExistsError(f"{str(output)!r} exists: pass --overwrite to replace it")
     check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
-    scene_list = open_scenes(scenes, bands=bands, band_names=band_names, band_map=band_map, scl_classes=scl_classes,
-                             stac=stac)
+    series = time_series or bool(dates_csv) or max_dates is not None or composite is not None
+    interval = parse_composite(composite)
+    if max_dates is not None and interval is not None:
+        raise InputError("give --max-dates (dates as they are) or --composite (regular intervals), not both")
+    listed = [row[0] for row in read_dates_csv(dates_csv)] if dates_csv else []
+    scene_list = open_scenes(list(scenes) + [p for p in listed if not p.lower().endswith(".json")], bands=bands,
+                             band_names=band_names, band_map=band_map, scl_classes=scl_classes,
+                             stac=(list(stac or []) + [p for p in listed if p.lower().endswith(".json")]) or None)
+    # a time series: the places (each a reference grid and its dated scenes); otherwise each scene is its own place
+    places = group_places(scene_list, group_by=group_by, dates_csv=dates_csv) if series else None
+    if places is not None:
+        scene_list = [s for place in places for s in place.scenes]
+    grids = [place.grid for place in places] if places is not None else scene_list
     label_rasters = describe_label_rasters(label_files(labels)) if labels else []
-    scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in scene_list]
+    scene_labels = [labels_for_scene(s, label_rasters) if label_rasters else [] for s in grids]
     # value rasters (--targets): per-pixel regression targets, resampled by a rule for values (eoscale.ingest.targets)
     target_rasters = describe_target_rasters(list(targets)) if targets else []
-    scene_targets = [targets_for_scene(s, target_rasters) for s in scene_list] if target_rasters else []
+    scene_targets = [targets_for_scene(s, target_rasters) for s in grids] if target_rasters else []
     for scene in scene_list:
         if tile_size > min(scene.width, scene.height):
             raise InputError(
@@ -141,6 +169,10 @@ def ingest(
     }
     if target_rasters:  # only then: a store without targets has the fingerprint it had before
         parameters["targets"] = {"kind": "values", "name": target_name, "units": target_units}
+    if places is not None:  # only then, as targets: a single-date store keeps its fingerprint
+        parameters["time_series"] = {"group_by": group_by, "max_dates": max_dates, "composite": interval,
+                                     "dates_csv": os.path.abspath(dates_csv) if dates_csv else None,
+                                     "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
     label_paths = [r.path for r in label_rasters]
     target_paths = [r.path for r in target_rasters]
     # --verify reads every input now; otherwise their sha256s (for the store's lineage) are taken by Dask tasks
@@ -169,12 +201,12 @@ def ingest(
         label_tasks = [
             client.submit(warp_labels, scene, i, scene_labels[i], class_table, progress=str(progress_dir),
                           key=f"eoscale-labels-{i}", pure=False, priority=10)
-            for i, scene in enumerate(scene_list)
+            for i, scene in enumerate(grids)
         ]
         target_tasks = [
             client.submit(warp_targets, scene, i, scene_targets[i], progress=str(progress_dir),
                           key=f"eoscale-targets-{i}", pure=False, priority=10)
-            for i, scene in enumerate(scene_list)
+            for i, scene in enumerate(grids)
         ] if target_rasters else []
         scan_tasks = [
             [client.submit(scan_validity, scene, i, tile_size=tile_size, stride=stride, progress=str(progress_dir),
@@ -186,24 +218,32 @@ def ingest(
                       for i, p in enumerate(_input_paths(scene_list, label_paths + target_paths)) if p not in digests}
         window_valid = []
         for i, parts in enumerate(client.gather(scan_tasks)):  # the label tasks go on meanwhile
-            if not any(any_valid for _, any_valid in parts):
-                raise only_nodata(scene_list[i])
+            if places is None and not any(any_valid for _, any_valid in parts):
+                raise only_nodata(scene_list[i])  # a date of a time series may be under cloud all over: a masked step
             window_valid.append(np.concatenate([fractions for fractions, _ in parts], axis=0))
+        if places is not None:
+            places, window_valid = series_windows(places, window_valid, max_dates=max_dates, composite=interval)
         lap("scan")
         plan = make_plan(window_valid, tile_size=tile_size, stride=stride, shard_tiles=shard_tiles,
                          min_valid=min_valid, fractions=split, split_block=split_block, seed=seed,
-                         grounds=[(scene.transform, scene.crs) for scene in scene_list])
+                         grounds=[(scene.transform, scene.crs) for scene in grids])
         if len(plan) == 0:
             raise InputError(
                 f"no window of {tile_size}×{tile_size} px has a valid fraction of at least {min_valid}: "
                 f"lower --min-valid or --tile-size"
             )
-        attrs = _store_attrs(scene_list, class_table, plan, parameters, stride, fingerprint)
+        attrs = _store_attrs(grids, class_table, plan, parameters, stride, fingerprint)
+        steps = time_steps(places) if places is not None else 1
+        if places is not None:
+            attrs[schema.ATTR_SCENES] = [{**a, **series_attrs(p)} for a, p in zip(attrs[schema.ATTR_SCENES], places,
+                                                                                    strict=True)]
         if not (progress_dir / "skeleton.done").exists():
             shutil.rmtree(store, ignore_errors=True)
-            create_skeleton(store, plan, scene_list, wavelengths=attrs[schema.ATTR_WAVELENGTHS],
+            create_skeleton(store, plan, grids, wavelengths=attrs[schema.ATTR_WAVELENGTHS],
                             num_classes=len(class_table), codec=codec, level=level, attrs=attrs,
-                            targets=bool(target_rasters))
+                            targets=bool(target_rasters),
+                            dates=step_dates(places, plan.scene, steps) if places is not None else None,
+                            observations=interval is not None)
             (progress_dir / "skeleton.done").touch()
         lap("plan")
         todo = [k for k in range(plan.num_shards) if not marker_path(progress_dir, k).exists()]
@@ -216,9 +256,11 @@ def ingest(
         try:
             for j, k in enumerate(todo):
                 start, stop = plan.shard_range(k)
+                shard_args = (places, tile_size, len(class_table), steps, interval is not None) if places is not None \
+                    else (scene_list, tile_size, len(class_table))
                 futures.append(client.submit(
-                    write_shard, str(store), str(progress_dir), k, start, plan.scene[start:stop],
-                    plan.row_off[start:stop], plan.col_off[start:stop], scene_list, tile_size, len(class_table),
+                    write_series_shard if places is not None else write_shard, str(store), str(progress_dir), k,
+                    start, plan.scene[start:stop], plan.row_off[start:stop], plan.col_off[start:stop], *shard_args,
                     *[label_tasks[s] for s in np.unique(plan.scene[start:stop])],
                     *[target_tasks[s] for s in np.unique(plan.scene[start:stop]) if target_tasks],
                     **({"targets": True} if target_tasks else {}), key=f"eoscale-shard-{k}", pure=False,
@@ -244,12 +286,12 @@ def ingest(
     gathered = gather_markers(progress_dir, plan)
     finalize(store, progress_dir, gathered, {
         schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
-        schema.ATTR_MASKED: masked_pixels(scene_list, gathered["masked"], plan),
+        schema.ATTR_MASKED: masked_pixels(grids, gathered["masked"], plan, steps=steps),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
         schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths),
         **(_target_attrs(gathered["target_moments"], target_name, target_units) if target_rasters else {}),
     })
-    store_fingerprint = write_collection(store, scene_list, plan, known=gathered["digests"])
+    store_fingerprint = write_collection(store, grids, plan, known=gathered["digests"])
     _move_into_place(store, output, work)
     lap("finalize")
     counts = np.bincount(plan.split, minlength=len(schema.SPLITS))
@@ -268,7 +310,7 @@ def ingest(
         dropped_nodata=plan.dropped_nodata,
         tiles_per_split={name: int(counts[i]) for i, name in enumerate(schema.SPLITS)},
         unmapped_label_codes=unmapped,
-        raw_bytes=len(plan) * tile_size * tile_size * (2 * bands_n + 1),
+        raw_bytes=len(plan) * tile_size * tile_size * (2 * bands_n * steps + 1),
         stored_bytes=_disk_usage(output / schema.IMAGES) + _disk_usage(output / schema.LABELS),
         seconds=time.perf_counter() - started,
         resumed_shards=resumed,
@@ -406,15 +448,16 @@ def write_collection(store: Path, scenes: list[Scene], plan, *, known: dict[str,
     return fingerprint
 
 
-def masked_pixels(scenes: list[Scene], masked: np.ndarray, plan) -> list[dict]:
-    """Per scene: how it says where it holds no data, its tiles' pixels, and how many of them were masked by a
-    mask or alpha band and how many by nodata in every band (`eoscale info` shows them)."""
+def masked_pixels(scenes: list[Scene], masked: np.ndarray, plan, *, steps: int = 1) -> list[dict]:
+    """Per scene (a place of a time series: over its `steps` dates): how it says where it holds no data, its tiles'
+    pixels, and how many of them were masked by a mask or alpha band and how many by nodata in every band (`eoscale
+    info` shows them)."""
     tiles = np.bincount(plan.scene, minlength=len(scenes))
     out = []
     for i, scene in enumerate(scenes):
         with SceneReader(scene) as reader:
             validity = reader.describe_validity()
-        out.append({"scene": scene.id, "validity": validity, "pixels": int(tiles[i]) * plan.tile_size ** 2,
+        out.append({"scene": scene.id, "validity": validity, "pixels": int(tiles[i]) * plan.tile_size ** 2 * steps,
                     "by_mask": int(masked[i, 0]), "by_nodata": int(masked[i, 1])})
     return out
 

@@ -64,11 +64,15 @@ def create_skeleton(
     level: int | None,
     attrs: dict,
     targets: bool = False,
+    dates: np.ndarray | None = None,
+    observations: bool = False,
 ) -> None:
     """Write the store's metadata and per-tile coordinates; images and labels (and, with `targets`, the
-    per-pixel values: `schema.TARGETS`, float32, NaN where unknown) stay unwritten."""
+    per-pixel values: `schema.TARGETS`, float32, NaN where unknown) stay unwritten. `dates` (tile, time) are a time
+    series' (`eoscale.ingest.series`; default: each scene's date, T = 1); with `observations`, composites' clear
+    observation counts (`schema.OBSERVATIONS`) are written later too."""
     n, bands, t, s = len(plan), len(scenes[0].bands), plan.tile_size, plan.shard_tiles
-    dates = tile_dates(plan, scenes)
+    dates = tile_dates(plan, scenes) if dates is None else dates
     steps = dates.shape[1]  # T: one date a scene today
     placeholder = dict(chunks=-1)
     ds = xr.Dataset(
@@ -102,6 +106,9 @@ def create_skeleton(
         # the dates in days, NaT as the smallest int64 (xarray's encoding, explicit so no store depends on a guess)
         schema.DATES: {"units": "days since 1970-01-01", "dtype": "int64"},
     }
+    if observations:
+        ds = ds.assign_coords({schema.OBSERVATIONS: ((schema.TILE, schema.TIME),
+                                                     da.zeros((n, steps), dtype=np.int16, **placeholder))})
     if targets:
         ds[schema.TARGETS] = ((schema.TILE, schema.Y, schema.X), da.zeros((n, t, t), dtype=np.float32, chunks=(s, t, t)))
         encoding[schema.TARGETS] = {"chunks": (1, t, t), "shards": (s, t, t), "_FillValue": np.float32(np.nan),

@@ -90,13 +90,23 @@ def write_shard(
     if values is not None:
         values[~valid] = np.nan
     valid_fraction = valid.reshape(n, -1).mean(axis=1).astype(np.float32)
+    write_and_mark(store, progress, shard, images.reshape(n, 1, *images.shape[1:]), labels, values, valid_fraction,
+                   num_classes, band_histograms(images, valid), masked)
+    return n
+
+
+def write_and_mark(store: str, progress: str, shard: int, images: np.ndarray, labels: np.ndarray,
+                   values: np.ndarray | None, valid_fraction: np.ndarray, num_classes: int, histograms: np.ndarray,
+                   masked: np.ndarray, **extra: np.ndarray) -> None:
+    """Write a shard's images (tile, time, band, y, x), labels (and values) as whole shards, then its marker with
+    what it measured (`extra`: more per-tile arrays, such as a time series' `date_valid`)."""
+    n = len(labels)
     class_counts = np.stack([np.bincount(lab[lab != IGNORE_INDEX], minlength=num_classes)[:num_classes] for lab in labels])
     # each shard encoded here in one loop and put as one object (eoscale.store.writer: zarr's per-chunk pipeline
     # cost 1.6x the encode itself); zarr's own thread pool, where it is used, only competes with the other Dask
     # workers for the same cores
     with zarr.config.set({"threading.max_workers": 1}):
         group = zarr.open_group(store, mode="r+")
-        # one date a scene (T = 1): each tile's (band, y, x) is its (1, band, y, x), the same bytes
         write_whole_shard(group[schema.IMAGES], shard, images.reshape(n, *group[schema.IMAGES].shape[1:]))
         write_whole_shard(group[schema.LABELS], shard, labels)
         if values is not None:
@@ -110,11 +120,10 @@ def write_shard(
     marker = marker_path(Path(progress), shard)
     tmp = marker.with_name(marker.stem + ".tmp.npz")
     # uncompressed: zlib on the histograms (a few MB a shard) cost a large share of the shard write
-    np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=band_histograms(images, valid),
+    np.savez(tmp, valid_fraction=valid_fraction, class_counts=class_counts, histograms=histograms,
              masked=masked, digest_files=np.array(files, dtype=str), digests=np.array(digests, dtype=str),
-             **({"target_moments": target_moments(values)} if values is not None else {}))
+             **({"target_moments": target_moments(values)} if values is not None else {}), **extra)
     os.replace(tmp, marker)
-    return n
 
 
 # Each worker thread keeps its last scene open between shard tasks: consecutive shards of a split cut the same rows
@@ -179,6 +188,7 @@ def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
     class_counts, histograms, masked = None, None, None
     digests: dict[str, str] = {}
     moments = None
+    per_date: dict[str, list[np.ndarray]] = {}  # a time series' (tile, time) arrays: date_valid, observations
     for shard in range(plan.num_shards):
         start, stop = plan.shard_range(shard)
         with np.load(marker_path(progress, shard)) as m:
@@ -196,8 +206,12 @@ def gather_markers(progress: Path, plan: TilePlan) -> dict[str, np.ndarray]:
                     [moments[:3] + part[:3], [min(moments[3], part[3]), max(moments[4], part[4])]])
             if "digests" in m.files:
                 digests.update(zip(m["digest_files"].tolist(), m["digests"].tolist(), strict=True))
+            for name in (schema.DATE_VALID, schema.OBSERVATIONS):
+                if name in m.files:
+                    per_date.setdefault(name, []).append(m[name])
     return {"valid_fraction": valid_fraction, "class_counts": class_counts, "histograms": histograms, "masked": masked,
-            "digests": digests, **({"target_moments": moments} if moments is not None else {})}
+            "digests": digests, **({"target_moments": moments} if moments is not None else {}),
+            **{name: np.concatenate(parts) for name, parts in per_date.items()}}
 
 
 def finalize(store: Path, progress: Path, gathered: dict[str, np.ndarray], attrs: dict) -> None:
@@ -206,8 +220,12 @@ def finalize(store: Path, progress: Path, gathered: dict[str, np.ndarray], attrs
     group = zarr.open_group(store, mode="r+")
     group[schema.VALID_FRACTION][:] = gathered["valid_fraction"]
     group[schema.CLASS_COUNTS][:] = gathered["class_counts"]
-    if schema.DATE_VALID in group:  # one date a tile (T = 1): its valid share is the tile's
+    if schema.DATE_VALID in gathered:  # a time series: each date's valid share, measured by its shard task
+        group[schema.DATE_VALID][:] = gathered[schema.DATE_VALID]
+    elif schema.DATE_VALID in group:  # one date a tile (T = 1): its valid share is the tile's
         group[schema.DATE_VALID][:] = gathered["valid_fraction"].reshape(group[schema.DATE_VALID].shape)
+    if schema.OBSERVATIONS in gathered:  # composites: the clear observations of each step
+        group[schema.OBSERVATIONS][:] = gathered[schema.OBSERVATIONS]
     group.attrs.update({**attrs, schema.ATTR_COMPLETE: True})
     with warnings.catch_warnings():
         # consolidated metadata is not in the v3 spec yet, but xarray reads it and warns without it

@@ -59,6 +59,8 @@ TILE_COORDS = (SCENE, ROW_OFF, COL_OFF, TRANSFORM, SPLIT, VALID_FRACTION, CLASS_
 DATES = "dates"  # (tile, time) datetime64[ns] in xarray, NaT where unknown
 DATE_VALID = "date_valid"  # (tile, time) float32: the share of the tile's pixels with data on that date
 TIME_COORDS = (DATES, DATE_VALID)
+# optional (tile, time) int16 of a store of composites (`ingest --composite`): the clear observations in each step
+OBSERVATIONS = "observations"
 
 SPLITS = ("train", "val", "test")
 

@@ -9,6 +9,7 @@ command line. The modules, in the order the data is made:
 - `render`: reflectance images with texture, boundary mixing, sensor blur, noise, clouds and nodata;
 - `scene`: georeferencing and writing of scenes and labels;
 - `safe`, `cog`, `landsat`, `stac`: the real product layouts (Sentinel-2 L2A SAFE, Sentinel-2 COGs, Landsat C2 L2) and their STAC Items;
+- `phenology`, `season`: a season of dated scenes a place (`--dates`), classes whose spectra follow the year;
 - `dataset`: the set on disk, its manifest, and `synthesize`.
 """
 

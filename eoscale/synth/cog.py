@@ -30,22 +30,25 @@ from eoscale.synth.scene import SCENE_CRS, coarse_transform
 COG_PROFILE = {"driver": "COG", "compress": "deflate", "predictor": 2, "blocksize": 256, "overviews": "NONE"}
 
 
-def item_id(index: int) -> str:
-    sensing = dt.datetime.strptime(sensing_time(index), "%Y%m%dT%H%M%S")
-    return f"S2A_32ULB_{sensing:%Y%m%d}_0_L2A"
+def item_id(index: int, *, sensing: str | None = None, tile: str = "T32ULB") -> str:
+    when = dt.datetime.strptime(sensing or sensing_time(index), "%Y%m%dT%H%M%S")
+    return f"S2A_{tile.removeprefix('T')}_{when:%Y%m%d}_0_L2A"
 
 
-def write_cog(root: Path, index: int, bands: list[np.ndarray], transform: Affine, *, baseline: str) -> dict:
+def write_cog(root: Path, index: int, bands: list[np.ndarray], transform: Affine, *, baseline: str,
+              sensing: str | None = None, tile: str = "T32ULB", cloud: np.ndarray | None = None) -> dict:
     """Write scene `index` (`render_scene`'s bands) as a COG folder with its STAC Item under `root`; returns
-    {"folder", "bands": {band: file}, "item"} relative to `root`."""
+    {"folder", "bands": {band: file}, "item"} relative to `root`. A season's scenes give their own `sensing` time, MGRS
+    `tile` and `cloud` tops (20 m), as `eoscale.synth.safe.write_safe` takes them."""
     from eoscale.synth.stac import write_sentinel2_item
 
-    name = item_id(index)
+    sensing = sensing or sensing_time(index)
+    name = item_id(index, sensing=sensing, tile=tile)
     folder = root / name
     folder.mkdir(parents=True)
     offset = baseline_offset(baseline)
     by_name = {b.name: image for b, image in zip(SENTINEL2_L2A, bands, strict=True)}
-    cloud = cloud_tops(by_name)
+    cloud = cloud_tops(by_name) if cloud is None else cloud & (by_name["B05"] != 0)
     files = {}
     for band in SENTINEL2_L2A:
         grid = transform if band.resolution_m == 10 else coarse_transform(transform)
@@ -57,8 +60,8 @@ def write_cog(root: Path, index: int, bands: list[np.ndarray], transform: Affine
     _write(folder / "WVP.tif", np.full((1, *cloud.shape), 1500, np.uint16), coarse, nodata=0)
     tci = np.stack([np.clip(by_name[b] // 12, 0, 255).astype(np.uint8) for b in ("B04", "B03", "B02")])
     _write(folder / "TCI.tif", tci, transform, nodata=0)
-    sensing = dt.datetime.strptime(sensing_time(index), "%Y%m%dT%H%M%S").replace(tzinfo=dt.UTC)
-    item = write_sentinel2_item(folder, name, sensing=sensing, baseline=baseline, offset=offset)
+    when = dt.datetime.strptime(sensing, "%Y%m%dT%H%M%S").replace(tzinfo=dt.UTC)
+    item = write_sentinel2_item(folder, name, sensing=when, baseline=baseline, offset=offset)
     return {"folder": name, "bands": files, "item": str(item.relative_to(root))}
 
 

@@ -6,7 +6,11 @@
     eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
     eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
     eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
+<<<<<<< HEAD
     eoscale synth runs/pairs --change                            # + each place a year later, with change labels
+=======
+    eoscale synth runs/season --dates 8 --scenes 2 --layout safe  # a season: 2 places, 8 dated SAFE products each
+>>>>>>> series
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import time
 
 from eoscale.errors import InputError
 from eoscale.synth.dataset import DEFAULT_BASELINE, DEFAULT_NODATA_FRACTION, LAYOUTS, MIN_SIZE, synthesize
+from eoscale.synth.season import SEASON_CLOUD_FRACTION
 
 DEFAULT_OUTPUT = "data/synthetic"
 
@@ -51,9 +56,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "products do (default: %(default)s)",
     )
     parser.add_argument(
-        "--nodata-fraction", type=float, default=DEFAULT_NODATA_FRACTION, metavar="F",
+        "--nodata-fraction", type=float, default=None, metavar="F",
         help="mean share of each scene under cloud, written as nodata 0 (0 to 0.5); above 0, some scenes "
-        "also get a nodata wedge beyond the swath edge, and clouds cast shadows (default: %(default)s)",
+        f"also get a nodata wedge beyond the swath edge, and clouds cast shadows (default: {DEFAULT_NODATA_FRACTION}; "
+        f"with --dates {SEASON_CLOUD_FRACTION}, the clouds marked by each layout's mask)",
+    )
+    parser.add_argument(
+        "--dates", type=int, default=None, metavar="N",
+        help="write a season: each of the --scenes places seen on N dates through 2024 (a few missing), classes whose "
+        "spectra change with the year (winter cereal, maize, mown grassland, deciduous and evergreen forest, seasonal "
+        "wetland; water, built-up, bare, shrubland), clouds a date; layouts multiband (with dates.csv), safe, cog",
     )
     parser.add_argument(
         "--change", action="store_true",
@@ -72,19 +84,29 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or args.output_option or DEFAULT_OUTPUT
     console = Console(highlight=False, soft_wrap=True)
     started = time.perf_counter()
-    with console.status(f"writing {args.scenes} synthetic scene(s) to {output} ...") as status:
+    nodata_fraction = args.nodata_fraction
+    if nodata_fraction is None:
+        nodata_fraction = DEFAULT_NODATA_FRACTION if args.dates is None else SEASON_CLOUD_FRACTION
+    total = args.scenes * (args.dates or 1)
+    with console.status(f"writing {total} synthetic scene(s) to {output} ...") as status:
 
         def progress(index: int, scene_id: str) -> None:
-            status.update(f"wrote {scene_id} ({index + 1}/{args.scenes}) ...")
+            status.update(f"wrote {scene_id} ({index + 1}/{total}) ...")
 
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
+<<<<<<< HEAD
             nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite,
             change=args.change, on_scene=progress,
+=======
+            nodata_fraction=nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
+            **({"dates": args.dates} if args.dates is not None else {}),
+>>>>>>> series
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(
-        f"wrote {len(result.scene_ids)} scene(s) of {height}x{width} px ({args.layout}) with labels to "
+        f"wrote {len(result.scene_ids)} scene(s) of {height}x{width} px ({args.layout}"
+        + (f", {args.scenes} place(s) on up to {args.dates} dates" if args.dates else "") + ") with labels to "
         f"[bold]{result.out_dir}[/bold] in {time.perf_counter() - started:.1f} s"
     )
     console.print(f"  manifest:    {result.manifest_path}")

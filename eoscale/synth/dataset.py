@@ -46,6 +46,7 @@ from eoscale.synth.change import (
 from eoscale.synth.cog import write_cog
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.landsat import write_landsat
+from eoscale.synth.phenology import SEASON_CLASSES
 from eoscale.synth.render import render_scene
 from eoscale.synth.safe import check_baseline, write_safe
 from eoscale.synth.scene import (
@@ -58,6 +59,7 @@ from eoscale.synth.scene import (
     write_labels,
     write_multiband,
 )
+from eoscale.synth.season import DATES_FILE, acquisition_dates, check_season, write_season
 
 LAYOUTS = ("multiband", "perband", "safe", "cog", "landsat")
 DEFAULT_BASELINE = "05.10"  # --layout safe: the processing baseline of today's products (with BOA_ADD_OFFSET)
@@ -125,6 +127,7 @@ def synthesize(
     overwrite: bool = False,
     change: bool = False,
     on_scene: Callable[[int, str], None] | None = None,
+    dates: int | None = None,
 ) -> SynthResult:
     """Write a set of synthetic Sentinel-2 L2A scenes with land-cover labels into `out_dir`.
 
@@ -133,11 +136,16 @@ def synthesize(
     called after each scene is written; `baseline` is the processing baseline a SAFE product (`layout="safe"`) is
     written under (the same scene holds the same reflectance under any). `change` adds a second date of each
     scene with known changes and the change labels (`eoscale.synth.change`; multiband only); the first dates'
-    pixels are the same as without it.
+    pixels are the same as without it. With `dates`, each of the `scenes` places is seen on that many dates through
+    a year, its classes changing with the season (`eoscale.synth.season`).
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
     if change and layout != "multiband":
         raise InputError(f"change pairs are written as multiband GeoTIFFs: drop --layout {layout} or --change")
+    if change and dates is not None:
+        raise InputError("--change and --dates write different sets (a pair of years, a season): give one of them")
+    if dates is not None:
+        check_season(dates, layout)
     check_baseline(baseline)
     scenes, seed, nodata_fraction = int(scenes), int(seed), float(nodata_fraction)
     out_dir = Path(out_dir)
@@ -146,16 +154,21 @@ def synthesize(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
     try:
-        table = class_table()
+        table = class_table() if dates is None else SEASON_CLASSES
         table.save(staging / CLASS_TABLE_FILE)
         if change:
             write_change_table(staging)
         records = []
-        for index in range(scenes):
+        if dates is not None:
+            records = write_season(staging, places=scenes, dates=int(dates), shape=shape, seed=seed, layout=layout,
+                                   cloud_fraction=nodata_fraction, baseline=baseline, on_scene=on_scene)
+        for index in range(scenes if dates is None else 0):
             records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, change))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
+        if dates is not None:
+            manifest.update(dates=[d.date().isoformat() for d in acquisition_dates(int(dates))], dates_file=DATES_FILE)
         if layout in ("safe", "cog"):
             manifest["processing_baseline"] = baseline
         if change:

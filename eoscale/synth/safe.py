@@ -49,9 +49,9 @@ def check_baseline(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def product_name(index: int, baseline: str) -> str:
-    sensing = sensing_time(index)
-    return f"S2A_MSIL2A_{sensing}_N{baseline.replace('.', '')}_R108_{TILE}_{sensing}.SAFE"
+def product_name(index: int, baseline: str, *, sensing: str | None = None, tile: str = TILE) -> str:
+    sensing = sensing or sensing_time(index)
+    return f"S2A_MSIL2A_{sensing}_N{baseline.replace('.', '')}_R108_{tile}_{sensing}.SAFE"
 
 
 def sensing_time(index: int) -> str:
@@ -63,16 +63,19 @@ def baseline_offset(baseline: str) -> int:
     return OFFSET if check_baseline(baseline) >= (4, 0) else 0
 
 
-def write_safe(root: Path, index: int, bands: list[np.ndarray], transform: Affine, *, baseline: str) -> dict:
+def write_safe(root: Path, index: int, bands: list[np.ndarray], transform: Affine, *, baseline: str,
+               sensing: str | None = None, tile: str = TILE, cloud: np.ndarray | None = None) -> dict:
     """Write scene `index` (`bands`: `render_scene`'s uint16 reflectance at each band's resolution) as a SAFE product
-    under `root`; returns {"product": its folder, "bands": {band: finest file}} relative to `root`."""
+    under `root`; returns {"product": its folder, "bands": {band: finest file}} relative to `root`. A season's scenes
+    (`eoscale.synth.season`) give their own `sensing` time, MGRS `tile` and `cloud` tops (20 m; default `CLOUD_BOX`)."""
     offset = baseline_offset(baseline)
-    name, sensing = product_name(index, baseline), sensing_time(index)
-    granule = Path(name) / "GRANULE" / f"L2A_{TILE}_A036000_{sensing}" / "IMG_DATA"
+    sensing = sensing or sensing_time(index)
+    name = product_name(index, baseline, sensing=sensing, tile=tile)
+    granule = Path(name) / "GRANULE" / f"L2A_{tile}_A036000_{sensing}" / "IMG_DATA"
     by_name = {b.name: image for b, image in zip(SENTINEL2_L2A, bands, strict=True)}
     fine = by_name["B02"].shape
     coarse = by_name["B05"].shape
-    cloud = cloud_tops(by_name)
+    cloud = cloud_tops(by_name) if cloud is None else cloud & (by_name["B05"] != NODATA)
     files: dict[str, str] = {}
     written: list[str] = []
     for resolution, names in ((10, ("B02", "B03", "B04", "B08")),
@@ -83,17 +86,17 @@ def write_safe(root: Path, index: int, bands: list[np.ndarray], transform: Affin
             image = by_name[band]
             if _RESOLUTION_OF[band] < resolution:
                 image = image[::2, ::2]  # a 10 m band's 20 m copy, as L2A products carry them
-            path = folder / f"{TILE}_{sensing}_{band}_{resolution}m.jp2"
+            path = folder / f"{tile}_{sensing}_{band}_{resolution}m.jp2"
             _write(root / path, digital_numbers(image, cloud, offset)[None], grid)
             files.setdefault(band, str(path))
             written.append(str(path))
         shape = fine if resolution == 10 else coarse
         for layer, value in (("AOT", 120), ("WVP", 1500)):  # aerosol optical thickness, water vapour: not bands
-            _write(root / folder / f"{TILE}_{sensing}_{layer}_{resolution}m.jp2", np.full((1, *shape), value, np.uint16), grid)
+            _write(root / folder / f"{tile}_{sensing}_{layer}_{resolution}m.jp2", np.full((1, *shape), value, np.uint16), grid)
     tci = np.stack([np.clip(by_name[b] // 12, 0, 255).astype(np.uint8) for b in ("B04", "B03", "B02")])
-    _write(root / granule / "R10m" / f"{TILE}_{sensing}_TCI_10m.jp2", tci, transform)
+    _write(root / granule / "R10m" / f"{tile}_{sensing}_TCI_10m.jp2", tci, transform)
     scl = scene_classes(by_name, cloud)
-    _write(root / granule / "R20m" / f"{TILE}_{sensing}_SCL_20m.jp2", scl[None], coarse_transform(transform))
+    _write(root / granule / "R20m" / f"{tile}_{sensing}_SCL_20m.jp2", scl[None], coarse_transform(transform))
     (root / name / "MTD_MSIL2A.xml").write_bytes(_metadata(baseline, sensing, offset != 0, written))
     return {"product": name, "bands": {b.name: files[b.name] for b in SENTINEL2_L2A}}
 
