@@ -6,11 +6,8 @@
     eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
     eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
     eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
-<<<<<<< HEAD
     eoscale synth runs/pairs --change                            # + each place a year later, with change labels
-=======
     eoscale synth runs/season --dates 8 --scenes 2 --layout safe  # a season: 2 places, 8 dated SAFE products each
->>>>>>> series
 """
 
 from __future__ import annotations
@@ -95,13 +92,8 @@ def run(args: argparse.Namespace) -> int:
 
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
-<<<<<<< HEAD
-            nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite,
-            change=args.change, on_scene=progress,
-=======
             nodata_fraction=nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
-            **({"dates": args.dates} if args.dates is not None else {}),
->>>>>>> series
+            change=args.change, **({"dates": args.dates} if args.dates is not None else {}),
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(
