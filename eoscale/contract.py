@@ -71,6 +71,9 @@ class BandContract:
     # "values": the per-pixel target the network was trained on: {name, units, mean, std, min, max}; the network
     # predicts (value - mean) / std, `activate` undoes it
     target_info: dict | None = None
+    # how many dates the network takes at a time (`bands` are one date's): 1 for a single-date model, 2 for a change
+    # model; a contract from before dates were recorded: 1
+    time_steps: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
@@ -103,6 +106,7 @@ class BandContract:
             "sensor": self.sensor,
             "target": self.target,
             **({"target_info": dict(self.target_info)} if self.target_info is not None else {}),
+            **({"time_steps": self.time_steps} if self.time_steps != 1 else {}),
         }
 
     @classmethod
@@ -118,6 +122,7 @@ class BandContract:
             # a contract from before target kinds were recorded: class maps
             target=data.get("target") or DEFAULT_TARGET,
             target_info=dict(data["target_info"]) if data.get("target_info") is not None else None,
+            time_steps=int(data.get("time_steps") or 1),
         )
 
     def output_channels(self) -> int:
@@ -226,7 +231,8 @@ def read_contract(path: str | Path) -> BandContract:
 
 MODEL_KEY = "eoscale_model"  # in a checkpoint: {"args": build_model's keywords, "finetune": ..., "lora": ...}
 # the task options that are the network's constructor arguments (the rest are training knobs)
-MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout")
+MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout",
+              "task")  # "change": a change model of two dates (`eoscale.models.change`); absent: segmentation
 
 
 def model_args_from_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,11 @@ Where the hooks run (Lightning's rules):
 The LightningModule's batches are `{"image": float32 (B, C, T, T), "label": int64 (B, T, T), "tile": int64 (B,)}`
 ("label" only with `labels=True`); with `target="values"` (a store ingested with `--targets`), "target" float32
 (B, T, T) per-pixel values (NaN where unknown or without data, turned with the image) instead of "label", loaded
-without the shared-memory handover. Images are normalised with the store's per-band mean and std (of the chosen
+without the shared-memory handover. A store of T > 1 dates a tile gives "image" float32 (B, T, C, H, W) (the
+same per-band statistics on every date; a date without observations reads 0), "date_valid" float32 (B, T), each
+date's share of pixels with data (0: a masked step, which models leave out) and "dates" int64 (B, T), days since
+1970-01-01 (`eoscale.data.stream.NO_DATE` where unknown); training may drop dates (`date_dropout`) and keep
+`max_dates` of them a tile; every date of a tile turns alike. Images are normalised with the store's per-band mean and std (of the chosen
 bands); a pixel without data (the store's nodata in every band) reads 0 in every band and `ignore_index` in the
 label. Training
 tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label: the
@@ -81,7 +85,9 @@ class TileDataModule(LightningDataModule):
     about `shuffle_shards × shard_tiles` tiles); `augment=False` turns off the flips and turns; `train_fraction`
     trains on that share of the 'train' split only (as if only it were labelled): a fixed choice, by `seed`, of
     short strips of neighbouring tiles (`eoscale.data.partition.train_subset`), the same every epoch and on
-    every rank, while validation, test and prediction keep their whole splits; `pin_memory`
+    every rank, while validation, test and prediction keep their whole splits; of a store of several dates,
+    training drops each date with probability `date_dropout` and keeps at most `max_dates` dates a tile (the
+    valid ones first, at random, in time order; evaluation keeps every date); `pin_memory`
     (default: when CUDA is available) pins the compact batches, so that their copy to the GPU can overlap the
     step. A batch size larger than a rank's share of the training split is refused in `setup`; evaluation
     splits accept it (one short batch per rank).
@@ -115,8 +121,14 @@ class TileDataModule(LightningDataModule):
         shared_memory: bool = True,
         direct_decode: bool = True,
         target: str = "classes",
+        date_dropout: float = 0.0,
+        max_dates: int | None = None,
     ) -> None:
         super().__init__()
+        if not 0 <= date_dropout < 1:
+            raise InputError(f"date_dropout must be at least 0 and less than 1, got {date_dropout}")
+        if max_dates is not None and max_dates < 1:
+            raise InputError(f"max_dates must be at least 1 (or left out for every date), got {max_dates}")
         if target not in ("classes", "values"):
             raise InputError(f"target={target!r}: TileDataModule loads 'classes' (labels) or 'values' (per-pixel "
                              f"targets of a store ingested with --targets)")
@@ -144,6 +156,8 @@ class TileDataModule(LightningDataModule):
         self.shared_memory = bool(shared_memory)
         self.direct_decode = bool(direct_decode)
         self.target = target
+        self.date_dropout = float(date_dropout)
+        self.max_dates = max_dates
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
@@ -154,13 +168,7 @@ class TileDataModule(LightningDataModule):
     def attrs(self) -> dict:
         """The store's validated attributes (metadata only; read once)."""
         if self._attrs is None:
-            attrs = read_store_attrs(self.store)
-            if time_steps(attrs) > 1:
-                # TileStream reads them ((B, T, C, H, W) batches); normalising, turning and the shared-memory
-                # handover of several dates are the time-series work's
-                raise InputError(f"tile store {self.store!r} has {time_steps(attrs)} dates a tile: TileDataModule trains on "
-                                 f"single-date stores (one date a tile) only")
-            self._attrs = attrs
+            self._attrs = read_store_attrs(self.store)
         return self._attrs
 
     @property
@@ -180,6 +188,11 @@ class TileDataModule(LightningDataModule):
         """The sensor of the store's bands (`eoscale.sensors`); a store from before it was recorded: Sentinel-2
         (`recorded_sensor`)."""
         return recorded_sensor(self.attrs.get(schema.ATTR_SENSOR), self.attrs[schema.ATTR_BANDS])
+
+    @property
+    def time_steps(self) -> int:
+        """The dates a tile of the store holds (T; 1: a single-date store, whose batches are 4-D)."""
+        return time_steps(self.attrs)
 
     @property
     def band_names(self) -> list[str]:
@@ -316,6 +329,11 @@ class TileDataModule(LightningDataModule):
         `on_after_batch_transfer`; call it yourself when iterating a dataloader by hand (after `.to(device)`, so
         that the conversion and the turns run there)."""
         out = dict(batch)
+        pick = out.pop("date_pick", None)
+        if pick is not None:  # training's chosen dates of each tile, in time order (`TileStream`, max_dates)
+            out["image"] = out["image"][torch.arange(len(pick), device=pick.device)[:, None], pick]
+            out["date_valid"] = out["date_valid"].gather(1, pick)
+            out["dates"] = out["dates"].gather(1, pick)
         turn = out.pop("turn", None)
         if turn is not None and "target" in out:  # per-pixel values turn as the image does
             out["target"] = dihedral(out["target"].unsqueeze(1), None, turn)[0].squeeze(1)
@@ -330,8 +348,11 @@ class TileDataModule(LightningDataModule):
             x = image.to(torch.float32)  # before any comparison: CUDA has few kernels for uint16
             # a pixel without data holds the store's nodata in every band (`eoscale.ingest.writer`); with nodata 0,
             # the usual, that is "the largest band is 0", a max over bands (8× faster on CPU than all(x == 0))
-            keep = x.amax(dim=1, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=1, keepdim=True)
-            # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0)
+            keep = x.amax(dim=-3, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=-3, keepdim=True)
+            if x.ndim == 5:  # several dates (B, T, C, H, W): a date without observations (or dropped) reads 0 too
+                keep = keep & (out["date_valid"] > 0)[:, :, None, None, None]
+            # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0);
+            # the per-band (1, C, 1, 1) statistics broadcast over the dates alike
             out["image"] = x.sub_(mean).mul_(scale).mul_(keep)
         label = out.get("label")
         if label is not None and label.dtype == torch.uint8:
@@ -361,6 +382,7 @@ class TileDataModule(LightningDataModule):
             augment=train and self.augment, seed=self.seed, shuffle_shards=self.shuffle_shards, rank=rank,
             world_size=world_size, direct_decode=self.direct_decode,
             **({"targets": True} if self.target == "values" else {}),
+            **({"date_dropout": self.date_dropout, "max_dates": self.max_dates} if self.time_steps > 1 else {}),
         )
         if train and stream.tiles_per_rank < self.batch_size:
             subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""

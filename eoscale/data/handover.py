@@ -64,12 +64,13 @@ class Handover:
         return {"state": self.state, "_held": [], "_buffers": [], "_tickets": 0, "_token": 0}
 
     # --- in a worker ------------------------------------------------------------------------------------
-    def take(self, n: int, channels: int, size: int, *, labels: bool, turns: bool, batch_size: int):
-        """Numpy views to fill (images, labels or None, tile ids, turns or None) and the batch to yield for
-        `n` tiles."""
+    def take(self, n: int, channels: int, size: int, *, labels: bool, turns: bool, batch_size: int,
+             steps: int = 1, picks: int = 0):
+        """Numpy views to fill (images, labels or None, tile ids, turns or None, the time parts: a dict of "dates",
+        "date_valid" and, with `picks`, "date_pick", or None for one date) and the batch to yield for `n` tiles."""
         worker, state = get_worker_info().id, self.state.numpy()
-        need = packed_bytes(batch_size, channels, size, labels, turns)
-        used = packed_bytes(n, channels, size, labels, turns)
+        need = packed_bytes(batch_size, channels, size, labels, turns, steps, picks)
+        used = packed_bytes(n, channels, size, labels, turns, steps, picks)
         self._token = self._token or int.from_bytes(os.urandom(8), "little") >> 1
         self._tickets += 1
         ticket = os.getpid() << 32 | self._tickets  # unique across worker processes
@@ -86,9 +87,10 @@ class Handover:
         else:
             buffer = shared_empty((need,), torch.uint8)
             packed = buffer[:used]
-        image, label, tile, turn = packed_views(buffer.numpy(), n, channels, size, labels, turns)
-        wire = {"packed": packed, "layout": (worker, slot, ticket, n, channels, size, labels, turns, self._token)}
-        return image, label, tile, turn, {_WIRE: wire}
+        image, label, tile, turn, time = packed_views(buffer.numpy(), n, channels, size, labels, turns, steps, picks)
+        wire = {"packed": packed,
+                "layout": (worker, slot, ticket, n, channels, size, labels, turns, steps, picks, self._token)}
+        return image, label, tile, turn, time, {_WIRE: wire}
 
     # --- in the main process ----------------------------------------------------------------------------
     def received(self, batch: object) -> None:
@@ -107,14 +109,15 @@ class Handover:
 
     @staticmethod
     def unpack(batch: dict) -> dict:
-        """The batch a worker sent as `{"image", "label", "tile", "turn"}`: views of its buffer, but for the tile
-        ids and turns, copied out so that keeping them does not keep the buffer."""
+        """The batch a worker sent as `{"image", "label", "tile", "turn"}` (and, of several dates, "dates",
+        "date_valid", "date_pick"): views of its buffer, but for the small per-tile parts, copied out so that
+        keeping them does not keep the buffer."""
         if _WIRE not in batch:
             return batch
-        packed, (_, _, _, n, channels, size, labels, turns, _) = batch[_WIRE]["packed"], batch[_WIRE]["layout"]
-        image, label, tile, turn = packed_views(packed, n, channels, size, labels, turns)
+        packed, (_, _, _, n, channels, size, labels, turns, steps, picks, _) = batch[_WIRE]["packed"], batch[_WIRE]["layout"]
+        image, label, tile, turn, time = packed_views(packed, n, channels, size, labels, turns, steps, picks)
         return ({"image": image, "tile": tile.clone()} | ({"label": label} if labels else {})
-                | ({"turn": turn.clone()} if turns else {}))
+                | ({"turn": turn.clone()} if turns else {}) | {k: v.clone() for k, v in (time or {}).items()})
 
 
 class _Mapped:
@@ -158,22 +161,38 @@ def shared_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
 
 
-def packed_bytes(n: int, channels: int, size: int, labels: bool, turns: bool = False) -> int:
-    return 8 * n + 2 * n * channels * size * size + (n * size * size if labels else 0) + (n if turns else 0)
+def packed_bytes(n: int, channels: int, size: int, labels: bool, turns: bool = False, steps: int = 1,
+                 picks: int = 0) -> int:
+    time = 8 * n * steps + 8 * n * picks + 4 * n * steps if steps > 1 else 0
+    return 8 * n + time + 2 * n * steps * channels * size * size + (n * size * size if labels else 0) + (n if turns else 0)
 
 
-def packed_views(flat, n: int, channels: int, size: int, labels: bool, turns: bool = False):
-    """(images uint16 (n, C, T, T), labels uint8 (n, T, T) or None, tile ids int64 (n,), turns uint8 (n,) or
-    None) as views of a flat uint8 buffer (numpy array or tensor): tile ids first, so that every part is
-    aligned to its item size."""
-    image_at, label_at = 8 * n, 8 * n + 2 * n * channels * size * size
-    turn_at = label_at + (n * size * size if labels else 0)
+def packed_views(flat, n: int, channels: int, size: int, labels: bool, turns: bool = False, steps: int = 1,
+                 picks: int = 0):
+    """(images uint16 (n, C, T, T) — of several dates (n, steps, C, T, T) —, labels uint8 (n, T, T) or None, tile
+    ids int64 (n,), turns uint8 (n,) or None, and of several dates a dict of "dates" int64 (n, steps),
+    "date_pick" int64 (n, picks) where `picks`, "date_valid" float32 (n, steps); else None) as views of a flat
+    uint8 buffer (numpy array or tensor): the widest items first, so that every part is aligned to its item
+    size. A single-date batch's layout is the one from before the time axis, byte for byte."""
     as_type = (lambda a, t: a.view(t)) if isinstance(flat, np.ndarray) else (lambda a, t: a.view(_TORCH[t]))
-    tile = as_type(flat[:image_at], np.int64)
-    image = as_type(flat[image_at:label_at], np.uint16).reshape(n, channels, size, size)
+    at = 8 * n
+    tile = as_type(flat[:at], np.int64)
+    time = None
+    if steps > 1:
+        time = {"dates": as_type(flat[at : at + 8 * n * steps], np.int64).reshape(n, steps)}
+        at += 8 * n * steps
+        if picks:
+            time["date_pick"] = as_type(flat[at : at + 8 * n * picks], np.int64).reshape(n, picks)
+            at += 8 * n * picks
+        time["date_valid"] = as_type(flat[at : at + 4 * n * steps], np.float32).reshape(n, steps)
+        at += 4 * n * steps
+    label_at = at + 2 * n * steps * channels * size * size
+    image = as_type(flat[at:label_at], np.uint16).reshape((n, channels, size, size) if steps == 1
+                                                          else (n, steps, channels, size, size))
+    turn_at = label_at + (n * size * size if labels else 0)
     label = flat[label_at:turn_at].reshape(n, size, size) if labels else None
     turn = flat[turn_at : turn_at + n] if turns else None
-    return image, label, tile, turn
+    return image, label, tile, turn, time
 
 
-_TORCH = {np.int64: torch.int64, np.uint16: torch.uint16}
+_TORCH = {np.int64: torch.int64, np.uint16: torch.uint16, np.float32: torch.float32}

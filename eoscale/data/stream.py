@@ -15,9 +15,11 @@ DataLoader (use `batch_size=None` there), because the number of batches a rank y
 Tiles are read whole from the shard files by `eoscale.store.reader.ShardReader` (why not random access through
 zarr: see there). A store's images are (time, band, y, x) tiles, whatever its schema version; a single-date store
 (T = 1, every store ingest writes today, and every version-1 store) gives (B, C, T, T) batches as above. A store
-of T > 1 dates gives "image" (B, T, C, H, W) and "date_valid" float32 (B, T), each date's share of valid pixels
-in the tile, from the stream itself (no shared-memory handover; `TileDataModule` refuses such stores until the
-time-series work teaches normalising and turning them).
+of T > 1 dates gives "image" (B, T, C, H, W), "date_valid" float32 (B, T), each date's share of valid pixels
+in the tile, and "dates" int64 (B, T), each date in days since 1970-01-01 (`NO_DATE` where unknown). Training
+may drop dates (`date_dropout`: a dropped date's "date_valid" reads 0, as a date without observations) and pick
+`max_dates` of them per tile ("date_pick" int64 (B, K), the picked dates in time order, valid ones first;
+`TileDataModule.normalise` gathers them on the device), drawn from the same generator as the turns.
 
 What a worker spends besides decoding (CPU µs per tile in one process, same machine and tiles, decoding
 alone 80–103, while other work loaded the 2 cores 5–10×): with the tiles decoded into the buffer, then copied,
@@ -46,9 +48,10 @@ from eoscale.data.partition import (
     rank_length,
     worker_delivered,
 )
-from eoscale.errors import InputError
 from eoscale.store import schema
 from eoscale.store.reader import ShardReader, _direct_layout, open_images  # noqa: F401  (defined here before)
+
+NO_DATE = np.iinfo(np.int64).min  # "dates" of a date not known (the store's NaT, as xarray encodes it)
 
 
 class TileStream(IterableDataset):
@@ -82,6 +85,8 @@ class TileStream(IterableDataset):
         world_size: int = 1,
         direct_decode: bool = True,
         targets: bool = False,
+        date_dropout: float = 0.0,
+        max_dates: int | None = None,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
@@ -102,6 +107,8 @@ class TileStream(IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.direct_decode = direct_decode
+        self.date_dropout = float(date_dropout)  # training, several dates: each date dropped with this probability
+        self.max_dates = max_dates  # training, several dates: at most this many dates a tile (None: all)
         self.targets = targets  # per-pixel values (`schema.TARGETS`) as "target" float32 (B, T, T), NaN where unknown
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume = torch.tensor([-1, 0], dtype=torch.int64).share_memory_()  # (epoch, batches to leave out)
@@ -160,7 +167,7 @@ class TileStream(IterableDataset):
         plan = plan_epoch(self.split, self.shard_tiles, batch_size=self.batch_size, rank=self.rank,
                           world_size=self.world_size, worker=worker, workers=workers, seed=self.seed,
                           epoch=epoch, shuffle=self.shuffle, pad=self.pad)
-        images, labels, _, _ = self._open()
+        images, labels = self._open()[:2]
         rng = np.random.default_rng([self.seed, epoch, self.rank, worker])
         block = max(self.shuffle_shards * self.shard_tiles, self.batch_size) if self.shuffle else self.batch_size
         # and leaves out its share of the batches the rank yielded before: drawn as before (the same random
@@ -183,9 +190,11 @@ class TileStream(IterableDataset):
                 yield self._batch(buffer, which, rng)
             elif self.augment:
                 rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
+                if self._time_draws():  # and the dates it would have dropped and picked
+                    self._draw_dates(rng, self._open()[3][buffer.tiles[which]])
         assert made == plan.batches, f"worker {worker} made {made} batches, planned {plan.batches}"
 
-    def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray, np.ndarray | None]:
+    def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray, np.ndarray | None, np.ndarray | None]:
         # opened lazily in each process (a forked worker must not reuse its parent's handles)
         if self._readers is None or self._readers[0] != os.getpid():
             root = Path(self.store)
@@ -194,10 +203,11 @@ class TileStream(IterableDataset):
             labels = ShardReader(root / schema.LABELS, direct=direct) if self.labels else None
             # tiles without a single nodata pixel (in any band, on any date) need no nodata mask: most of them
             complete = zarr.open_array(str(root / schema.VALID_FRACTION), mode="r")[:] >= 1.0
-            date_valid = None
-            if images.tile_shape[0] > 1:  # several dates: each date's valid share goes into the batch
-                date_valid = zarr.open_array(str(root / schema.DATE_VALID), mode="r")[:]
-            self._readers = (os.getpid(), images, labels, complete, date_valid)
+            date_valid = dates = None
+            if images.tile_shape[0] > 1:  # several dates: each date's valid share and its day go into the batch
+                date_valid = zarr.open_array(str(root / schema.DATE_VALID), mode="r")[:].astype(np.float32)
+                dates = zarr.open_array(str(root / schema.DATES), mode="r")[:].astype(np.int64)  # days, NaT: NO_DATE
+            self._readers = (os.getpid(), images, labels, complete, date_valid, dates)
         return self._readers[1:]
 
     def _targets(self) -> ShardReader:
@@ -224,16 +234,14 @@ class TileStream(IterableDataset):
         batch (no copy in between; with a band subset, into scratch, then the chosen bands copied); where a tile
         has nodata, its label is set to `ignore_index` under it. Augmented batches carry a random "turn" per
         tile, applied on the device (`eoscale.data.augment`)."""
-        images, labels, complete, date_valid = self._open()
+        images, labels, complete, date_valid, _ = self._open()
         steps, channels, size = images.tile_shape[0], images.tile_shape[1], images.tile_shape[-1]
         n = len(which)
         channels = channels if self.bands is None else len(self.bands)
+        picks = self._picks(steps)
         if self.handover is not None:
-            if steps > 1:
-                raise InputError(f"{self.store!r} has {steps} dates a tile: the shared-memory handover carries single-date "
-                                 f"batches only (load it with shared_memory=False)")
-            x, y, tile, turn, batch = self.handover.take(n, channels, size, labels=self.labels, turns=self.augment,
-                                                         batch_size=self.batch_size)
+            x, y, tile, turn, time, batch = self.handover.take(n, channels, size, labels=self.labels, turns=self.augment,
+                                                               batch_size=self.batch_size, steps=steps, picks=picks)
         else:
             empty = shared_empty if self.private_shared else torch.empty
             # one date: (B, C, H, W), as models take it; several: (B, T, C, H, W)
@@ -243,9 +251,12 @@ class TileStream(IterableDataset):
             x, y = image.numpy(), None if label is None else label.numpy()
             batch = ({"image": image, "tile": torch.from_numpy(tile)} | ({"label": label} if self.labels else {})
                      | ({"turn": torch.from_numpy(turn)} if self.augment else {}))
+            time = None
+            if steps > 1:
+                time = {"dates": np.empty((n, steps), np.int64), "date_valid": np.empty((n, steps), np.float32)}
+                time |= {"date_pick": np.empty((n, picks), np.int64)} if picks else {}
+                batch |= {k: torch.from_numpy(v) for k, v in time.items()}
         tile[:] = buffer.tiles[which]
-        if date_valid is not None:
-            batch["date_valid"] = torch.from_numpy(date_valid[tile])
         order = which.tolist()
         if self.bands is None:
             decode = images.decode  # each tile's bytes straight into its place: (C, H, W) and (1, C, H, W) alike
@@ -270,7 +281,42 @@ class TileStream(IterableDataset):
             batch["target"] = self._target_batch(buffer, order, x, steps)
         if turn is not None:
             turn[:] = rng.integers(0, 8, n, dtype=np.uint8)
+        if time is not None:
+            time["dates"][:] = self._open()[4][tile]
+            time["date_valid"][:] = date_valid[tile]
+            if self._time_draws():
+                pick = self._draw_dates(rng, time["date_valid"])
+                if pick is not None:
+                    time["date_pick"][:] = pick
         return batch
+
+    def _picks(self, steps: int) -> int:
+        """The dates a training tile keeps with `max_dates` (0: all, no pick)."""
+        if steps > 1 and self.augment and self.max_dates is not None and self.max_dates < steps:
+            return int(self.max_dates)
+        return 0
+
+    def _time_draws(self) -> bool:
+        steps = self._open()[0].tile_shape[0]
+        return steps > 1 and self.augment and (self.date_dropout > 0 or self._picks(steps) > 0)
+
+    def _draw_dates(self, rng: np.random.Generator, date_valid: np.ndarray) -> np.ndarray | None:
+        """Training's date augmentation, in place on `date_valid` (n, T): each date dropped (its validity set to
+        0) with probability `date_dropout`, but a tile's best date is never dropped with all the others; then,
+        with `max_dates`, the dates each tile keeps (n, K) in time order, valid ones before invalid ones, at
+        random among each. The same numbers are drawn whatever the values (a resumed epoch draws them again)."""
+        n, steps = date_valid.shape
+        if self.date_dropout > 0:
+            drop = rng.random((n, steps)) < self.date_dropout
+            kept = np.where(drop, 0, date_valid)
+            lost = (kept.max(axis=1) <= 0) & (date_valid.max(axis=1) > 0)
+            drop[lost, date_valid[lost].argmax(axis=1)] = False
+            date_valid[drop] = 0
+        picks = self._picks(steps)
+        if not picks:
+            return None
+        priority = rng.random((n, steps)) + (date_valid > 0)
+        return np.sort(np.argsort(-priority, axis=1, kind="stable")[:, :picks], axis=1)
 
     def _target_batch(self, buffer: _Buffer, order: list[int], x: np.ndarray, steps: int) -> torch.Tensor:
         """The batch's per-pixel values (B, T, T) float32, NaN wherever the tile has no value or no data."""

@@ -53,6 +53,7 @@ from eoscale.infer.config import Ramp
 from eoscale.infer.windows import Span, WindowGrid, even_ranges
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene
+from eoscale.raster.stack import SceneStack, StackReader, StackWindow, open_reader
 
 T = TypeVar("T")
 READ_AHEAD = 2  # strips read and waiting for the model, beyond the one being read
@@ -132,6 +133,22 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
     if mask.any():  # nodata reads as the band mean, as in training
         cut_invalid = sliding_window_view(mask, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)
         np.copyto(out, 0.0, where=cut_invalid[:, None])
+    if isinstance(block, StackWindow):  # so does a date where it holds none, though another date does
+        _blank_dates(block.date_valid, ys - top, xs - left, grid, stride, out)
+
+
+def _blank_dates(date_valid: np.ndarray, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int,
+                 out: np.ndarray) -> None:
+    """Each date's bands of `out` (windows, dates * bands, y, x) set to 0 (the band mean) where the date holds no
+    data; `ys`, `xs` the (mirrored) positions of the strip's rows and columns in the block read."""
+    invalid = ~date_valid[:, ys][:, :, xs]  # (date, y, x) over the strip
+    if not invalid.any():
+        return
+    dates = invalid.shape[0]
+    per_date = out.shape[1] // dates
+    cut = sliding_window_view(invalid, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)  # (win, date, y, x)
+    view = out.reshape(out.shape[0], dates, per_date, *out.shape[2:])
+    np.copyto(view, 0.0, where=cut[:, :, None])
 
 
 def reading_threads(device: torch.device) -> int:
@@ -194,6 +211,8 @@ def predict_blocks(
     classes = contract.output_channels() if channels is None else channels
     accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
     mean, scale = (None, None) if remote else contract.normalisation()
+    if isinstance(scene, SceneStack) and mean is not None:  # every date's bands, normalised as one date's
+        mean, scale = np.tile(mean, (len(scene.steps), 1, 1)), np.tile(scale, (len(scene.steps), 1, 1))
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale,
                         pin=pin, threads=readers)
@@ -333,10 +352,10 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
         threads = min(threads, cols.windows)
         self._shares = even_ranges(cols.windows, threads)
         self._pools = [ThreadPoolExecutor(1, thread_name_prefix="eoscale-read") for _ in self._shares]
-        self._readers: list[SceneReader] = []
+        self._readers: list[SceneReader | StackReader] = []
         self._pending: deque[tuple[int, Tensor, np.ndarray, list[Future[None]]]] = deque()
         try:
-            self._readers.extend(SceneReader(scene) for _ in self._shares)
+            self._readers.extend(open_reader(scene) for _ in self._shares)
             for _ in range(READ_AHEAD + 1):
                 self._submit()
         except BaseException:

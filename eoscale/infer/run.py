@@ -56,9 +56,10 @@ from eoscale.infer.outputs import (
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
-from eoscale.raster.reader import SceneReader, gdal_cache
+from eoscale.raster.reader import gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
 from eoscale.raster.stac import open_items
+from eoscale.raster.stack import open_reader, stack_scenes
 from eoscale.sensors import parse_band_map
 from eoscale.track.profiler import Profile, Schedule
 
@@ -196,6 +197,9 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     opened = [open_scene(p, band_names=config.band_names, bands=wanted) for p in scene_paths(config.inputs)]
     opened += open_items(config.stac, bands=wanted) if config.stac else []  # eoscale.raster.stac
     scenes = [model.scene_bands(scene, band_map) for scene in opened]
+    steps = model.contract.time_steps
+    if steps > 1:  # the dated scenes of each place as one stack: a change map needs both dates, a season any
+        scenes = stack_scenes(scenes, steps, require="all" if model.contract.target == "change" else "any")
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")
@@ -247,7 +251,7 @@ def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local
                     # GDAL's block cache sized for the scene's rows of file blocks that a strip of windows crosses:
                     # its default (5 % of the machine's memory) kept up to that much of a large scene's decoded
                     # blocks, so memory grew with the scene (benchmarks/predict.json, command_memory)
-                    with SceneReader(scene) as reader:
+                    with open_reader(scene) as reader:
                         cache = reader.cache_bytes()
                     with gdal_cache(cache):
                         predict_part(plan, config, scene, work / scene.id, part, parts, advance)

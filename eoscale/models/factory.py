@@ -3,6 +3,7 @@
     model = build_model("resnet18", in_chans=10, num_classes=8)                      # segmentation
     model = build_model("vit_small_patch16_224", in_chans=10, num_classes=8, img_size=64)
     model = build_model("convnext_atto", in_chans=10, num_classes=8, task="classification")
+    model = build_model("resnet18", in_chans=10, num_classes=9, task="change")   # two dates: (B, 20, H, W) in
 
 Later stages reach into the parts by name: `model.backbone` to freeze it or to put LoRA adapters on its
 `attn.qkv` / `attn.proj` layers, `shardable_blocks(model)` for FSDP2's per-block `fully_shard`.
@@ -19,9 +20,10 @@ from torch import Tensor, nn
 
 from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, StateDictTransform, VitBackbone, create_backbone
+from eoscale.models.change import ChangeFusion, ChangeModel
 from eoscale.models.heads import ClassificationHead, FPNDecoder, SimpleFeaturePyramid
 
-Task = Literal["segmentation", "classification"]
+Task = Literal["segmentation", "classification", "change"]
 
 
 class SegmentationModel(nn.Module):
@@ -79,10 +81,10 @@ def build_model(
     drop_path_rate: float = 0.0,
     dropout: float = 0.0,
     **backbone_kwargs,
-) -> SegmentationModel | TileClassifier:
-    """Build a segmentation or tile-classification model on the timm backbone `backbone`.
+) -> SegmentationModel | TileClassifier | ChangeModel:
+    """Build a segmentation, tile-classification or change model on the timm backbone `backbone`.
 
-    `in_chans` is the tile store's band count; `img_size` the tile size (required by ViT and Swin);
+    `in_chans` is the tile store's band count (of one date: a change model takes two dates' bands stacked); `img_size` the tile size (required by ViT and Swin);
     `weights` a local state dict for the backbone (see `Backbone.load_weights`), `weights_transform`
     the hook that remaps it first. `out_indices` and any other keyword go to `create_backbone`.
     """
@@ -115,6 +117,8 @@ def build_model(
     else:
         neck = _Identity(net)
     decoder = FPNDecoder(neck.channels, num_classes=num_classes, channels=decoder_channels, dropout=dropout)
+    if task == "change":
+        return ChangeModel(net, neck, ChangeFusion(neck.channels), decoder)
     return SegmentationModel(net, neck, decoder)
 
 

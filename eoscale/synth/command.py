@@ -7,6 +7,7 @@
     eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
     eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
     eoscale synth runs/fusion --sensors s2,s1,dem                # + Sentinel-1 backscatter and a DEM, COG + STAC each
+    eoscale synth runs/pairs --change                            # + each place a year later, with change labels
     eoscale synth runs/season --dates 8 --scenes 2 --layout safe  # a season: 2 places, 8 dated SAFE products each
 """
 
@@ -71,6 +72,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "backscatter: VV, VH linear gamma0 float32 COGs with a Planetary Computer-like STAC Item, under sar/), dem (a "
         "Copernicus DEM GLO-30-like tile, EPSG:4326, with its Item, under dem/) (default: s2)",
     )
+    parser.add_argument(
+        "--change", action="store_true",
+        help="also write each scene a year later with known changes (forest loss, new built-up, cropland expansion, "
+        "water gain and loss): scenes/<id>_after.tif, its land cover and the change labels labels/<id>_change.tif "
+        "(codes of change_classes.csv); both dates carry their acquisition date; multiband only",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set in the output directory")
 
 
@@ -94,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
             nodata_fraction=nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
-            sensors=args.sensors, **({"dates": args.dates} if args.dates is not None else {}),
+            sensors=args.sensors, change=args.change, **({"dates": args.dates} if args.dates is not None else {}),
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(
@@ -104,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(f"  manifest:    {result.manifest_path}")
     console.print(f"  class table: {result.class_table_path}")
+    if args.change:
+        console.print(f"  change:      {result.out_dir / 'change_classes.csv'} (second dates: scenes/*_after.tif)")
     return 0
 
 

@@ -15,6 +15,8 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
     dem/<scene_id>/Copernicus_DSM_COG_…_DEM.* --sensors s2,dem: a Copernicus DEM tile under the scene and its STAC Item
                                               (`eoscale.synth.dem`)
     manifest.json
+    --change (multiband): scenes/<scene_id>_after.tif, labels/<scene_id>_after_landcover.tif and
+    labels/<scene_id>_change.tif (codes of change_classes.csv): the same place a year later (`eoscale.synth.change`)
 
 A set is written into a hidden sibling directory and renamed into place at the end, so an interrupted run
 leaves nothing that looks finished. Scene i depends only on (seed, i, size, nodata_fraction): the same
@@ -37,6 +39,14 @@ from eoscale.bands import NODATA, REFLECTANCE_SCALE, SENTINEL2_L2A
 from eoscale.classes import WORLDCOVER, ClassTable
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.sensors import LANDSAT_OLI, SENSORS
+from eoscale.synth.change import (
+    CHANGE_TABLE,
+    change_areas,
+    change_landcover,
+    date_tags,
+    dates_of,
+    write_change_table,
+)
 from eoscale.synth.cog import write_cog
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.landsat import write_landsat
@@ -124,6 +134,7 @@ def synthesize(
     nodata_fraction: float = DEFAULT_NODATA_FRACTION,
     baseline: str = DEFAULT_BASELINE,
     overwrite: bool = False,
+    change: bool = False,
     on_scene: Callable[[int, str], None] | None = None,
     sensors: tuple[str, ...] | list[str] = ("s2",),
     dates: int | None = None,
@@ -134,12 +145,17 @@ def synthesize(
     cloud (0 for none; above 0, some scenes also lose a wedge beyond the swath edge); `on_scene(i, id)` is
     called after each scene is written; `baseline` is the processing baseline a SAFE product (`layout="safe"`) is
     written under (the same scene holds the same reflectance under any). `sensors` adds, of the same ground, Sentinel-1
-    backscatter ("s1") and a DEM ("dem") beside the optical scenes ("s2", always written). With `dates`, each of the
-    `scenes` places is seen on that many dates through a year, its classes changing with the season
-    (`eoscale.synth.season`).
+    backscatter ("s1") and a DEM ("dem") beside the optical scenes ("s2", always written). `change` adds a second date
+    of each scene with known changes and the change labels (`eoscale.synth.change`; multiband only); the first dates'
+    pixels are the same as without it. With `dates`, each of the `scenes` places is seen on that many dates through a
+    year, its classes changing with the season (`eoscale.synth.season`).
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
     extra = _check_sensors(sensors)
+    if change and layout != "multiband":
+        raise InputError(f"change pairs are written as multiband GeoTIFFs: drop --layout {layout} or --change")
+    if change and dates is not None:
+        raise InputError("--change and --dates write different sets (a pair of years, a season): give one of them")
     if dates is not None:
         check_season(dates, layout)
         if extra:
@@ -154,12 +170,15 @@ def synthesize(
     try:
         table = class_table() if dates is None else SEASON_CLASSES
         table.save(staging / CLASS_TABLE_FILE)
+        if change:
+            write_change_table(staging)
         records = []
         if dates is not None:
             records = write_season(staging, places=scenes, dates=int(dates), shape=shape, seed=seed, layout=layout,
                                    cloud_fraction=nodata_fraction, baseline=baseline, on_scene=on_scene)
         for index in range(scenes if dates is None else 0):
-            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, extra))
+            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, extra,
+                                        change))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
@@ -169,6 +188,8 @@ def synthesize(
             manifest["processing_baseline"] = baseline
         if extra:
             manifest["sensors"] = ["s2", *extra]
+        if change:
+            manifest["change_class_table"] = "change_classes.csv"
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _move_into_place(staging, target)
     except BaseException:
@@ -183,7 +204,7 @@ def scene_id(index: int) -> str:
 
 def _write_scene(
     root: Path, index: int, shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float, table: ClassTable,
-    baseline: str = DEFAULT_BASELINE, extra: tuple[str, ...] = (),
+    baseline: str = DEFAULT_BASELINE, extra: tuple[str, ...] = (), change: bool = False,
 ) -> dict:
     sid = scene_id(index)
     rng = np.random.default_rng([seed, index])  # one stream per scene: scene i never depends on the others
@@ -198,9 +219,12 @@ def _write_scene(
     }
     record: dict = {"id": sid}
     (root / "scenes").mkdir(exist_ok=True)
+    if change:
+        first, second = dates_of(index)
+        tags_a = {**tags, **date_tags(first)}
     if layout == "multiband":
         record["image"] = f"scenes/{sid}.tif"
-        write_multiband(root / record["image"], bands, shape, transform, tags)
+        write_multiband(root / record["image"], bands, shape, transform, tags_a if change else tags)
     elif layout == "safe":
         written = write_safe(root / "scenes", index, bands, transform, baseline=baseline)
         record["product"] = f"scenes/{written['product']}"
@@ -234,8 +258,29 @@ def _write_scene(
 
         written = write_dem(root / "dem", index, landcover, transform, seed=seed, scene=sid)
         record["dem"] = {"file": f"dem/{written['dem']}", "item": f"dem/{written['item']}"}
+    if change:
+        record["date"] = first.isoformat()
+        record["after"] = _write_after(root, index, sid, landcover, shape, seed, nodata_fraction, table, transform,
+                                       {**tags, **date_tags(second)}, second)
     west, north = transform.c, transform.f
     record["bounds"] = [west, north - shape[0] * SCENE_RESOLUTION_M, west + shape[1] * SCENE_RESOLUTION_M, north]
+    return record
+
+
+def _write_after(root: Path, index: int, sid: str, before, shape: tuple[int, int], seed: int, nodata_fraction: float,
+                 table: ClassTable, transform, tags: dict[str, str], date) -> dict:
+    """The scene's second date: its changed land cover rendered anew (its own stream: `[seed, index, 1]`, so the
+    first date's pixels are those of a set written without --change), its land cover and the change labels."""
+    rng = np.random.default_rng([seed, index, 1])
+    after, change = change_landcover(before, rng)
+    bands = render_scene(after, rng, nodata_fraction=nodata_fraction)
+    record = {"image": f"scenes/{sid}_after.tif", "date": date.isoformat(),
+              "labels": f"labels/{sid}_after_landcover.tif", "change": f"labels/{sid}_change.tif",
+              "change_hectares": change_areas(change, SCENE_RESOLUTION_M**2)}
+    write_multiband(root / record["image"], bands, shape, transform, {**tags, "scene_id": f"{sid}_after"})
+    source = {"scene_id": sid, "source": "eoscale synth --change"}
+    write_labels(root / record["labels"], after.classes, transform, table, source)
+    write_labels(root / record["change"], change, transform, CHANGE_TABLE, source, description="change class")
     return record
 
 

@@ -87,7 +87,8 @@ def write_band(path: Path, band: Band, image: np.ndarray, transform: Affine, tag
         _describe(dst, 1, band)
 
 
-def write_labels(path: Path, classes: np.ndarray, transform: Affine, table: ClassTable, tags: dict[str, str]) -> None:
+def write_labels(path: Path, classes: np.ndarray, transform: Affine, table: ClassTable, tags: dict[str, str], *,
+                 description: str = "land cover (ESA WorldCover codes)") -> None:
     """The class map reprojected to EPSG:3035 at 20 m (nearest neighbour), covering the scene's footprint."""
     height, width = classes.shape
     west, south, east, north = rasterio.transform.array_bounds(height, width, transform)
@@ -108,7 +109,7 @@ def write_labels(path: Path, classes: np.ndarray, transform: Affine, table: Clas
     ) as dst:
         dst.write(labels, 1)
         dst.update_tags(**tags)
-        dst.set_band_description(1, "land cover (ESA WorldCover codes)")
+        dst.set_band_description(1, description)
         dst.write_colormap(1, {c.code: (*c.rgb, 255) for c in table.classes})
 
 

@@ -17,3 +17,12 @@ def store(tmp_path_factory) -> str:
     """Two scenes of 200×230 px cut into 16 px tiles, 8 tiles per shard."""
     return str(make_store(tmp_path_factory.mktemp("data-store"), height=200, width=230, tile_size=16,
                           split=(0.6, 0.2, 0.2), own_grid_labels=True))
+
+
+@pytest.fixture(scope="session")
+def season(tmp_path_factory) -> str:
+    """The same scenes as `store`, as a season of 3 dates a tile (`tests.time_stores`: clouds, a masked date)."""
+    from tests.time_stores import make_time_store
+
+    return str(make_time_store(tmp_path_factory.mktemp("data-season"), steps=3, height=200, width=230, tile_size=16,
+                               split=(0.6, 0.2, 0.2), own_grid_labels=True))

@@ -1,5 +1,5 @@
 """Exactly once across ranks and workers: 2 gloo processes × 2 DataLoader workers, as DDP runs them; also over
-a training subset (`train_fraction`)."""
+a training subset (`train_fraction`), and for a store of 3 dates a tile with date dropout and pick."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
@@ -21,13 +22,13 @@ def _per_rank(n: int) -> int:
     return length - 1 if length % BATCH == 1 and length > BATCH else length
 
 
-def _rank_main(rank: int, store: str, out: str, init: str) -> None:
+def _rank_main(rank: int, store: str, out: str, init: str, options: dict) -> None:
     from eoscale.data import TileDataModule
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=WORLD)
     try:
-        dm = TileDataModule(store, batch_size=BATCH, num_workers=WORKERS, seed=7)
+        dm = TileDataModule(store, batch_size=BATCH, num_workers=WORKERS, seed=7, **options)
         dm.setup("fit")  # rank and world size come from the process group
         result = {}
         loader = dm.train_dataloader()
@@ -49,10 +50,12 @@ def _rank_main(rank: int, store: str, out: str, init: str) -> None:
         dist.destroy_process_group()
 
 
-def test_two_ranks_two_workers_deliver_each_tile_once(store, tmp_path):
+@pytest.mark.parametrize("which, options", [("store", {}), ("season", {"date_dropout": 0.3, "max_dates": 2})])
+def test_two_ranks_two_workers_deliver_each_tile_once(request, tmp_path, which, options):
+    store = request.getfixturevalue(which)  # one date a tile, or 3 (`tests.time_stores`) with date augmentation
     init = f"file://{tmp_path / 'rendezvous'}"
     # fork: the ranks inherit the imported modules (spawn took ~40 s here, mostly importing torch twice)
-    tmp.start_processes(_rank_main, args=(store, str(tmp_path), init), nprocs=WORLD, join=True, start_method="fork")
+    tmp.start_processes(_rank_main, args=(store, str(tmp_path), init, options), nprocs=WORLD, join=True, start_method="fork")
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
     from eoscale.data import read_store_attrs
 

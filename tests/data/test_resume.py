@@ -17,9 +17,15 @@ def _batches(loader) -> list[dict[str, torch.Tensor]]:
     return [{k: v.clone() for k, v in batch.items()} for batch in loader]
 
 
-@pytest.mark.parametrize("workers", [0, 2, 3])
-def test_a_loader_resumed_after_n_batches_yields_exactly_the_rest_of_the_epoch(store, workers):
-    dm = TileDataModule(store, batch_size=8, num_workers=workers, seed=5)
+# and of a store of 3 dates, with training's date dropout and pick (drawn after the turns, from the same numbers)
+TIME = {"date_dropout": 0.3, "max_dates": 2}
+KEYS = {"image", "label", "tile", "turn"}
+
+
+@pytest.mark.parametrize("workers, dates", [(0, 1), (2, 1), (3, 1), (0, 3), (3, 3)])
+def test_a_loader_resumed_after_n_batches_yields_exactly_the_rest_of_the_epoch(request, workers, dates):
+    store = request.getfixturevalue("store" if dates == 1 else "season")
+    dm = TileDataModule(store, batch_size=8, num_workers=workers, seed=5, **(TIME if dates > 1 else {}))
     dm.setup("fit")
     with dm.train_dataloader() as loader:
         assert len(loader) % 3 != 0  # workers with different numbers of batches (3 workers)
@@ -32,8 +38,8 @@ def test_a_loader_resumed_after_n_batches_yields_exactly_the_rest_of_the_epoch(s
             loader.load_state_dict({"epoch": 2, "batches": used, "layout": layout})
             rest = _batches(loader)
             assert len(rest) == len(whole) - used
-            for got, expected in zip(rest, whole[used:]):
-                assert got.keys() == expected.keys() == {"image", "label", "tile", "turn"}
+            for got, expected in zip(rest, whole[used:], strict=True):
+                assert got.keys() == expected.keys() == (KEYS if dates == 1 else KEYS | {"dates", "date_valid", "date_pick"})
                 for key in got:  # the same tiles, in the same order, with the same turns
                     assert torch.equal(got[key], expected[key]), (used, key)
             assert loader.state_dict()["batches"] == len(whole)

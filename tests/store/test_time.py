@@ -21,7 +21,7 @@ import zarr
 from eoscale.data import TileDataModule
 from eoscale.data.info import describe
 from eoscale.data.stream import TileStream
-from eoscale.errors import InputError, StoreError
+from eoscale.errors import StoreError
 from eoscale.ingest.skeleton import make_codec, tile_dates
 from eoscale.store import schema
 from eoscale.store.open import open_store, read_store_attrs, time_steps
@@ -216,10 +216,12 @@ def test_the_stream_yields_every_date_with_its_validity(three_dates, bands):
     assert sorted(seen) == list(range(20)) and ignored == 4 * 16  # tile 5's top rows; tiles 2 and 6 have data each pixel
 
 
-def test_the_datamodule_refuses_several_dates_in_one_line(three_dates):
-    with pytest.raises(InputError, match="has 3 dates a tile") as err:
-        TileDataModule(str(three_dates[0])).setup("fit")
-    assert "\n" not in str(err.value)
+def test_the_datamodule_trains_on_several_dates(three_dates):
+    # once refused in one line; the loader's T > 1 batches are tested in tests/data/test_time_batches.py
+    dm = TileDataModule(str(three_dates[0]), batch_size=4, num_workers=0, augment=False)
+    dm.setup("fit")
+    batch = dm.normalise(next(iter(dm.train_dataloader())))
+    assert batch["image"].shape == (4, 3, 4, 16, 16) and batch["date_valid"].shape == batch["dates"].shape == (4, 3)
 
 
 def test_a_schema_version_it_does_not_read_is_refused_in_one_line(v1_copy):

@@ -205,6 +205,7 @@ class ClassWriter(OutputWriter):
     areas, the quick-look with its legend and the STAC Item (classification extension)."""
 
     kind = "classes"
+    map_description = "land-cover class code"  # the class COG's band description
     summary_column = "largest classes"
     files_note = "maps, quick-looks and area tables in {output}/ (<scene>_landcover.tif, _quicklook.png, _areas.csv)"
 
@@ -230,7 +231,7 @@ class ClassWriter(OutputWriter):
         tags, band_tags = map_tags(table, encoding, context.tags)
         write_cog(pieces, ".classes", partial(files.landcover), georef, dtype=encoding.dtype,
                   nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
-                  band_tags=band_tags, description="land-cover class code")
+                  band_tags=band_tags, description=self.map_description)
         if files.confidence is not None:
             write_cog(pieces, ".confidence", partial(files.confidence), georef,
                       dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",

@@ -55,6 +55,8 @@ def panels_png(
     """One row per tile: a 2–98 % stretched RGB composite, the reference labels and the prediction."""
     plt = _pyplot()
     images, labels, preds = batch["image"].numpy(), batch["label"].numpy(), batch["pred"].numpy()
+    if images.ndim == 5:  # tiles of several dates (B, T, C, H, W): the composite of the last date
+        images = images[:, -1]
     n = images.shape[0]
     num_classes = int(max(labels[labels != IGNORE_INDEX].max(initial=0), preds.max(initial=0))) + 1
     palette = _palette(colors, num_classes)

@@ -145,6 +145,7 @@ class SegmentationTask(BaseTask):
             h.backbone,
             in_chans=h.in_chans,
             num_classes=h.num_classes,
+            task=h.get("task") or "segmentation",  # "change": `ChangeTask`
             img_size=h.img_size,
             decoder_channels=h.decoder_channels,
             weights=h.weights,
@@ -162,7 +163,7 @@ class SegmentationTask(BaseTask):
             name = LoraSettings.from_dict(self.hparams.get("lora")).name
             folder = os.path.join(self.trainer.default_root_dir, ADAPTERS_DIR, name)
             model_args = {k: self.hparams.get(k) for k in ("backbone", "backbone_kwargs", "in_chans", "num_classes",
-                                                           "img_size", "decoder_channels", "weights")}
+                                                           "img_size", "decoder_channels", "weights", "task")}
             save_adapter(self.model, folder, name=name, contract=self.contract, model_args=model_args,
                          write=self.trainer.is_global_zero)
 
@@ -181,14 +182,18 @@ class SegmentationTask(BaseTask):
         return segmentation_metrics(self.num_classes)
 
     # -- steps ---------------------------------------------------------------------------------------------
+    def logits(self, batch: dict[str, Tensor]) -> Tensor:
+        """The network's output for a batch (a temporal task passes the dates along: `TemporalSegmentationTask`)."""
+        return self(batch["image"])
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self(batch["image"])
+        logits = self.logits(batch)
         loss = self.criterion(logits, batch["label"])
         self.log_training_loss(loss, batch["image"].shape[0])
         return loss
 
     def _eval_step(self, split: str, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        logits = self(batch["image"])
+        logits = self.logits(batch)
         loss = self.criterion(logits, batch["label"])
         self.log(f"{split}_loss", loss, on_epoch=True, sync_dist=True, batch_size=batch["image"].shape[0])
         preds = logits.argmax(dim=1)

@@ -1,0 +1,139 @@
+"""Several dated scenes of one place read as one: the input of a model of two or more dates (change, a season).
+
+`stack_scenes` groups scenes by place (the same grid: CRS, transform and size) and orders each place's scenes by
+their acquisition date (from the product's metadata: `Scene.date`); a `SceneStack` is then one scene whose bands
+are every date's bands, date after date, on the first date's grid, so everything that maps a scene (windows,
+blending, the output writers, lineage) maps a stack unchanged. `StackReader` reads each date with its own
+`SceneReader` (its own files, masks and nodata: a SAFE product's SCL is its own date's) and says where each date
+holds data: `predict` sets a date's pixels where it holds none to the band mean, as training does, and the map's
+pixels are valid where every date is (`require="all"`: a change needs both dates) or where any is
+(`require="any"`: a season with a cloudy date still maps).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from eoscale.errors import InputError
+from eoscale.raster.reader import MaskedWindow, SceneReader
+from eoscale.raster.scene import Scene
+
+REQUIRE = ("all", "any")
+
+
+@dataclass(frozen=True)
+class SceneStack(Scene):
+    """A `Scene` made of `steps`, the dated scenes of one place in date order; its bands are theirs, date-major."""
+
+    steps: tuple[Scene, ...] = field(default=(), repr=False)
+    require: str = "all"  # which dates a map pixel needs: "all" of them or "any"
+
+    @property
+    def dates(self) -> list[dt.date | None]:
+        return [s.date for s in self.steps]
+
+    @property
+    def bands_per_date(self) -> int:
+        return len(self.steps[0].bands)
+
+    def to_attrs(self) -> dict:
+        return {**super().to_attrs(), "dates": [d.isoformat() if d else None for d in self.dates],
+                "steps": [s.id for s in self.steps]}
+
+
+@dataclass(frozen=True)
+class StackWindow(MaskedWindow):
+    """A `MaskedWindow` of a stack, with where each date holds data."""
+
+    date_valid: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0), bool))  # (date, y, x)
+
+
+def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> list[SceneStack]:
+    """`scenes` grouped by place into stacks of `steps` dates each, in date order (InputError in one line for a
+    place with another number of dates, a scene without a date, or two scenes of one place and date)."""
+    if require not in REQUIRE:
+        raise InputError(f"require={require!r}: expected one of {', '.join(REQUIRE)}")
+    places: dict[tuple, list[Scene]] = defaultdict(list)
+    for scene in scenes:
+        if scene.date is None:
+            raise InputError(
+                f"scene {scene.id!r} ({scene.paths[0] if scene.paths else '?'}) states no acquisition date in its "
+                f"metadata, and a model of {steps} dates needs each scene's: give products with dates (SAFE, Landsat "
+                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag"
+            )
+        places[_grid_key(scene)].append(scene)
+    stacks = []
+    for group in places.values():
+        group.sort(key=lambda s: s.date)
+        ids = ", ".join(f"{s.id} ({s.date})" for s in group)
+        dates = [s.date for s in group]
+        if len(set(dates)) != len(dates):
+            raise InputError(f"two scenes of one place share a date ({ids}): give one scene of each date")
+        if len(group) != steps:
+            raise InputError(
+                f"the scenes of one place ({ids}) are {len(group)} date(s), and the model maps {steps} dates at a "
+                f"time: give {steps} scenes of each place on one grid"
+            )
+        if len({s.sensor for s in group}) != 1:
+            raise InputError(f"the scenes of one place ({ids}) come from different sensors: give one sensor's scenes")
+        stacks.append(_stack(group, require))
+    return stacks
+
+
+def _stack(group: list[Scene], require: str) -> SceneStack:
+    first = group[0]
+    fields = {name: getattr(first, name) for name in Scene.__dataclass_fields__}
+    fields.update(bands=tuple(b for s in group for b in s.bands), paths=tuple(p for s in group for p in s.paths),
+                  class_mask=None, skipped=tuple(p for s in group for p in s.skipped))
+    return SceneStack(**fields, steps=tuple(group), require=require)
+
+
+def _grid_key(scene: Scene) -> tuple:
+    return (scene.crs.to_wkt(), tuple(round(v, 6) for v in tuple(scene.transform)[:6]), scene.width, scene.height)
+
+
+class StackReader:
+    """Reads windows of a `SceneStack`: every date's bands (date-major) and where each date holds data."""
+
+    def __init__(self, stack: SceneStack) -> None:
+        self.scene = stack
+        self._readers: list[SceneReader] = []
+        try:
+            for step in stack.steps:
+                # each date on the stack's grid, with its own files, masks and nodata
+                self._readers.append(SceneReader(replace(step, crs=stack.crs, transform=stack.transform,
+                                                         width=stack.width, height=stack.height)))
+        except BaseException:
+            self.close()
+            raise
+
+    def __enter__(self) -> StackReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for reader in self._readers:
+            reader.close()
+
+    def cache_bytes(self) -> int:
+        return sum(r.cache_bytes() for r in self._readers)
+
+    def read(self, row_off: int, col_off: int, height: int, width: int) -> np.ndarray:
+        return np.concatenate([r.read(row_off, col_off, height, width) for r in self._readers])
+
+    def read_masked(self, row_off: int, col_off: int, height: int, width: int) -> StackWindow:
+        blocks = [r.read_masked(row_off, col_off, height, width) for r in self._readers]
+        date_valid = np.stack([b.valid for b in blocks])
+        valid = date_valid.all(0) if self.scene.require == "all" else date_valid.any(0)
+        return StackWindow(np.concatenate([b.pixels for b in blocks]), ~valid, np.zeros_like(valid), date_valid)
+
+
+def open_reader(scene: Scene) -> SceneReader | StackReader:
+    """The reader of a scene or of a stack of dated scenes."""
+    return StackReader(scene) if isinstance(scene, SceneStack) else SceneReader(scene)
