@@ -21,6 +21,7 @@ from eoscale.cli import main
 from eoscale.contract import CONTRACT_KEY, TARGET_KINDS, TARGET_TAG, BandContract, read_contract
 from eoscale.errors import InputError
 from eoscale.infer.outputs import (
+    ChangeWriter,
     ClassWriter,
     MapContext,
     OutputWriter,
@@ -28,6 +29,7 @@ from eoscale.infer.outputs import (
     Piece,
     partial,
     register_writer,
+    unregister_writer,
     write_cog,
     writer_for,
 )
@@ -148,8 +150,14 @@ def test_a_stub_writer_makes_the_maps_of_its_target_kind(raw_writer, checkpoint,
 def test_the_class_writer_is_the_writer_of_classes():
     contract = BandContract(("B02",), (0.0,), (1.0,), 32, ({"code": 1, "name": "a", "color": "#000000"},))
     assert contract.target == "classes" and writer_for(contract) is ClassWriter
-    with pytest.raises(InputError, match="no output writer for target kind 'change'") as err:
-        writer_for(BandContract(("B02",), (0.0,), (1.0,), 32, (), target="change"))
+    change = BandContract(("B02",), (0.0,), (1.0,), 32, (), target="change")
+    assert writer_for(change) is ChangeWriter
+    unregister_writer("change")  # a known kind whose writer is not registered
+    try:
+        with pytest.raises(InputError, match="no output writer for target kind 'change'") as err:
+            writer_for(change)
+    finally:
+        register_writer("change", ChangeWriter)
     assert "\n" not in str(err.value)
 
 
@@ -172,7 +180,11 @@ def test_an_unknown_target_kind_is_refused_in_one_line(checkpoint, scene, tmp_pa
 
 def test_a_known_kind_without_a_writer_is_refused_in_one_line(checkpoint, scene, tmp_path, capsys):
     change = _with_target(checkpoint, tmp_path / "change.ckpt", "change")
-    code = main(["predict", "--checkpoint", str(change), "--input", str(scene), "--output", str(tmp_path / "maps")])
+    unregister_writer("change")  # a known kind whose writer is not registered
+    try:
+        code = main(["predict", "--checkpoint", str(change), "--input", str(scene), "--output", str(tmp_path / "maps")])
+    finally:
+        register_writer("change", ChangeWriter)
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "no output writer for target kind 'change'" in err
 
