@@ -181,14 +181,18 @@ class SegmentationTask(BaseTask):
         return segmentation_metrics(self.num_classes)
 
     # -- steps ---------------------------------------------------------------------------------------------
+    def logits(self, batch: dict[str, Tensor]) -> Tensor:
+        """The network's output for a batch (a temporal task passes the dates along: `TemporalSegmentationTask`)."""
+        return self(batch["image"])
+
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        logits = self(batch["image"])
+        logits = self.logits(batch)
         loss = self.criterion(logits, batch["label"])
         self.log_training_loss(loss, batch["image"].shape[0])
         return loss
 
     def _eval_step(self, split: str, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
-        logits = self(batch["image"])
+        logits = self.logits(batch)
         loss = self.criterion(logits, batch["label"])
         self.log(f"{split}_loss", loss, on_epoch=True, sync_dist=True, batch_size=batch["image"].shape[0])
         preds = logits.argmax(dim=1)
