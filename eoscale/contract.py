@@ -71,8 +71,9 @@ class BandContract:
     # "values": the per-pixel target the network was trained on: {name, units, mean, std, min, max}; the network
     # predicts (value - mean) / std, `activate` undoes it
     target_info: dict | None = None
-    # how many dates the network takes at a time (`bands` are one date's): 1 for a single-date model, 2 for a change
-    # model; a contract from before dates were recorded: 1
+    # how many dates the network takes at a time (`bands` are one date's; the store's T it was trained on): 1 a
+    # single-date model, 2 a change model; a temporal model takes a stack of at most this many; a contract from before
+    # dates were recorded: 1
     time_steps: int = 1
 
     def __post_init__(self) -> None:
@@ -93,6 +94,7 @@ class BandContract:
             sensor=getattr(datamodule, "sensor", None),
             target=getattr(datamodule, "target", None) or DEFAULT_TARGET,
             target_info=getattr(datamodule, "target_info", None),
+            time_steps=int(getattr(datamodule, "time_steps", 1) or 1),
         )
 
     def to_dict(self) -> dict:
@@ -106,7 +108,7 @@ class BandContract:
             "sensor": self.sensor,
             "target": self.target,
             **({"target_info": dict(self.target_info)} if self.target_info is not None else {}),
-            **({"time_steps": self.time_steps} if self.time_steps != 1 else {}),
+            **({"time_steps": self.time_steps} if self.time_steps > 1 else {}),  # single-date records as before
         }
 
     @classmethod
@@ -122,7 +124,7 @@ class BandContract:
             # a contract from before target kinds were recorded: class maps
             target=data.get("target") or DEFAULT_TARGET,
             target_info=dict(data["target_info"]) if data.get("target_info") is not None else None,
-            time_steps=int(data.get("time_steps") or 1),
+            time_steps=int(data.get("time_steps") or 1),  # a record from before dates: one date
         )
 
     def output_channels(self) -> int:
@@ -151,6 +153,7 @@ class BandContract:
 
     def check(self, store: BandContract, *, what: str = "checkpoint") -> None:
         """Raise `BandMismatchError` naming the first difference between this contract and the store's."""
+        self.check_dates(store.time_steps, what=what)
         problem = None
         if self.bands != store.bands:
             problem = f"bands {list(self.bands)}, the store has {list(store.bands)}"
@@ -168,6 +171,20 @@ class BandContract:
             problem = "other normalisation statistics (mean/std per band) than the store"
         if problem:
             raise BandMismatchError(f"{what} was trained on {problem}: use a store ingested with the same bands")
+
+
+    def check_dates(self, steps: int, *, what: str = "checkpoint") -> None:
+        """Refuse, in one line, a stack of `steps` dates for a single-date model, one date for a temporal model,
+        and more dates than the temporal model was trained on."""
+        if self.time_steps == 1 and steps > 1:
+            raise BandMismatchError(f"{what} is a single-date model and was given a stack of {steps} dates a tile: use "
+                                    f"a model fitted on a stack (a temporal task), or a single-date store")
+        if self.time_steps > 1 and steps == 1:
+            raise BandMismatchError(f"{what} is a temporal model of {self.time_steps} dates and was given one date a "
+                                    f"tile: give it a stack of dates (a store ingested with several dates)")
+        if steps > self.time_steps:
+            raise BandMismatchError(f"{what} takes at most {self.time_steps} dates a tile and was given {steps}: ingest "
+                                    f"at most {self.time_steps} dates, or fit a model on a stack of {steps}")
 
 
 def _stat(stats: Any, name: str) -> list[float]:
@@ -232,7 +249,8 @@ def read_contract(path: str | Path) -> BandContract:
 MODEL_KEY = "eoscale_model"  # in a checkpoint: {"args": build_model's keywords, "finetune": ..., "lora": ...}
 # the task options that are the network's constructor arguments (the rest are training knobs)
 MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout",
-              "task")  # "change": a change model of two dates (`eoscale.models.change`); absent: segmentation
+              "task",  # "change": a change model of two dates (`eoscale.models.change`); absent: segmentation
+              "architecture")  # a temporal model's (`eoscale.models.temporal`); absent: a single-date one
 
 
 def model_args_from_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, StateDictTransform, VitBackbone, create_backbone
 from eoscale.models.change import ChangeFusion, ChangeModel
 from eoscale.models.heads import ClassificationHead, FPNDecoder, SimpleFeaturePyramid
+from eoscale.models.temporal import build_temporal_model
 
 Task = Literal["segmentation", "classification", "change"]
 
@@ -80,14 +81,21 @@ def build_model(
     weights_transform: StateDictTransform | None = None,
     drop_path_rate: float = 0.0,
     dropout: float = 0.0,
+    architecture: str | None = None,
     **backbone_kwargs,
-) -> SegmentationModel | TileClassifier | ChangeModel:
+) -> nn.Module:
     """Build a segmentation, tile-classification or change model on the timm backbone `backbone`.
 
     `in_chans` is the tile store's band count (of one date: a change model takes two dates' bands stacked); `img_size` the tile size (required by ViT and Swin);
     `weights` a local state dict for the backbone (see `Backbone.load_weights`), `weights_transform`
     the hook that remaps it first. `out_indices` and any other keyword go to `create_backbone`.
+    `architecture` builds a temporal model of stacks of dates instead (`eoscale.models.temporal`: "utae" on the
+    per-date backbone `backbone`, or "temporal_vit"), its options in the other keywords.
     """
+    if architecture is not None:
+        return build_temporal_model(architecture, backbone=backbone, in_chans=in_chans, num_classes=num_classes,
+                                    img_size=img_size, decoder_channels=decoder_channels, weights=weights,
+                                    drop_path_rate=drop_path_rate, dropout=dropout, **backbone_kwargs)
     if task not in get_args(Task):
         raise InputError(f"task={task!r} is not one of {', '.join(map(repr, get_args(Task)))}")
     for option, value in (

@@ -52,6 +52,7 @@ class ModelFacts:
     # pipeline parallelism (`eoscale.train.strategies.pipeline`, MAE only): each block's parameter elements in pipeline
     # order (encoder, then decoder), with the pieces its stage holds beside it (embedding, norms, prediction)
     pipeline_blocks: tuple[int, ...] = ()
+    time_steps: int = 1  # dates a sample (a temporal model's stack): the activations above are of that many
 
 
 def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> ModelFacts:
@@ -90,6 +91,7 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
     task, data = cli.model, cli.datamodule
     config = cli.config
     in_chans, num_classes, tile = _data_facts(task, data)
+    steps = _time_steps(task, data)
     task.hparams.in_chans, task.hparams.num_classes, task.hparams.img_size = in_chans, num_classes, tile
     task.hparams.weights = None  # the weights change values, not shapes; nothing is read from disk
     with torch.device("meta"):
@@ -103,12 +105,13 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
         units = []
     rest = params - sum(units)
     vit = _vit_facts(model)
-    fixed, per_sample = saved_activation_bytes(model, in_chans=in_chans, tile=tile)
+    fixed, per_sample = saved_activation_bytes(model, in_chans=in_chans, tile=tile, steps=steps)
     name = str(task.hparams.get("backbone", type(model).__name__))
     return ModelFacts(name=name, params=params, trainable=trainable, largest_unit=max([rest, *units]),
                       activations_per_sample=per_sample, activations_fixed=fixed,
                       batch_size=int(batch_size or getattr(data, "batch_size", 1)), tile=tile, in_chans=in_chans,
-                      precision=config.trainer.get("precision"), pipeline_blocks=_pipeline_facts(model), **vit)
+                      precision=config.trainer.get("precision"), pipeline_blocks=_pipeline_facts(model),
+                      time_steps=steps, **vit)
 
 
 def _pipeline_facts(model: nn.Module) -> tuple[int, ...]:
@@ -153,8 +156,21 @@ def _data_facts(task: Any, data: Any) -> tuple[int, int, int]:
     return int(h.in_chans), int(h.get("num_classes") or 0), int(h.img_size)
 
 
-def saved_activation_bytes(model: nn.Module, *, in_chans: int, tile: int, device: str = "meta") -> tuple[int, int]:
-    """(bytes saved independent of the batch, bytes saved per sample) by a training forward of `model`.
+def _time_steps(task: Any, data: Any) -> int:
+    """The dates a sample of a temporal task (its store's, else `model.init_args.time_steps`); 1 for the others."""
+    if "architecture" not in task.hparams:
+        return 1
+    store = getattr(data, "store", None)
+    if store is not None and os.path.exists(store):
+        steps = int(data.time_steps)
+        return min(steps, int(data.max_dates)) if getattr(data, "max_dates", None) else steps
+    return int(task.hparams.get("time_steps") or 1)
+
+
+def saved_activation_bytes(model: nn.Module, *, in_chans: int, tile: int, device: str = "meta",
+                           steps: int = 1) -> tuple[int, int]:
+    """(bytes saved independent of the batch, bytes saved per sample) by a training forward of `model`; a
+    temporal model's samples are stacks of `steps` dates (B, T, C, H, W), whose activations grow with T.
 
     Each saved tensor counts once by storage (a tensor saved by two ops is one piece of memory); parameters
     autograd keeps for the backward are not activations and are left out."""
@@ -177,7 +193,8 @@ def saved_activation_bytes(model: nn.Module, *, in_chans: int, tile: int, device
                 seen[storage.data_ptr()] = storage.nbytes()
             return t
 
-        x = torch.zeros(batch, in_chans, tile, tile, device=device)
+        shape = (batch, in_chans, tile, tile) if steps == 1 else (batch, steps, in_chans, tile, tile)
+        x = torch.zeros(shape, device=device)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             model(x)
         sizes.append(sum(seen.values()))

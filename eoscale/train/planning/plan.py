@@ -182,7 +182,8 @@ def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory
         f"{facts.name}: {facts.params / 1e6:.1f} M parameters ({facts.trainable / 1e6:.1f} M trainable), tile "
         f"{facts.tile}, batch {facts.batch_size} per GPU, {precision}; {gpu_memory / 1e9:.0f} GB per GPU "
         f"({HEADROOM:.0%} usable)",
-        f"activations: {facts.activations_per_sample / 1e6:.1f} MB per sample at fp32 (saved for the backward, "
+        f"activations: {facts.activations_per_sample / 1e6:.1f} MB per sample"
+        f"{f' of {facts.time_steps} dates' if facts.time_steps > 1 else ''} at fp32 (saved for the backward, "
         "measured on the meta device at batch 1 and 2)",
         "GB per GPU; sent = GB each rank sends per step",
         *([f"Pipeline: {SCHEDULE.upper()}, {MICROBATCHES} microbatches a step, one stage a GPU (the heaviest "

@@ -1,0 +1,192 @@
+"""Segmentation models of a season: (B, T, C, H, W) stacks of dates to per-pixel class logits (B, K, H, W).
+
+    model = build_temporal_model("utae", in_chans=10, num_classes=8, img_size=64)           # no foundation model
+    model = build_temporal_model("temporal_vit", in_chans=6, num_classes=8, img_size=224, embed_dim=1024,
+                                 depth=24, num_heads=16, coords_encoding=["time", "location"], weights="prithvi.pt")
+    logits = model(image, dates=dates, date_valid=date_valid)   # the loader's batch keys (`TileDataModule`)
+
+Two architectures, both leaving out the dates a tile lacks (`date_valid` 0: clouds over the whole tile, a date
+the loader dropped, padding):
+
+- `temporal_vit` (`TemporalSegmenter`): Prithvi-EO-2.0's encoder (`eoscale.models.temporal_vit`; its published
+  weights load with their temporal parts intact), the tokens of each block taken averaged over the valid dates
+  into one map a block, then the ViTDet pyramid and FPN decoder of the single-date models (`eoscale.models.heads`).
+- `utae` (`UTAE`, after Garnot & Landrieu 2021): a timm backbone run on every date (the repo's `create_backbone`,
+  e.g. resnet18), L-TAE attention over the dates at its coarsest map (`eoscale.models.ltae`), whose per-head
+  weights, upsampled, aggregate every finer map over the dates (missing dates weigh 0 there too), then the FPN
+  decoder.
+
+`dates` are days since 1970-01-01 (int64, `eoscale.data.stream.NO_DATE` where unknown): `date_coords` makes
+Prithvi's (year, day of year) of them, L-TAE takes the day of the season (days since the first valid date).
+A 4-D batch (B, C, H, W) runs as one date.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from eoscale.errors import InputError
+from eoscale.models.backbone import Backbone, create_backbone, read_state_dict
+from eoscale.models.heads import FPNDecoder, SimpleFeaturePyramid
+from eoscale.models.ltae import LTAE, grouped_attention
+from eoscale.models.temporal_vit import TemporalViT, load_prithvi_state
+
+ARCHITECTURES = ("utae", "temporal_vit")
+NO_DATE = torch.iinfo(torch.int64).min  # as `eoscale.data.stream.NO_DATE` (models know no loader)
+
+
+def _as_stack(image: Tensor, dates: Tensor | None, date_valid: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """(B, T, C, H, W), dates (B, T) and the mask of valid dates (B, T) bool, of a batch of one date or several."""
+    if image.ndim == 4:
+        image = image[:, None]
+    b, t = image.shape[:2]
+    if dates is None:
+        dates = torch.full((b, t), NO_DATE, dtype=torch.int64, device=image.device)
+    mask = torch.ones(b, t, dtype=torch.bool, device=image.device) if date_valid is None else date_valid > 0
+    return image, dates, mask
+
+
+def date_coords(dates: Tensor) -> Tensor:
+    """(B, T, 2) float32 (year, day of year from 0) of days since 1970-01-01; unknown dates (0, 0)."""
+    known = dates != NO_DATE
+    days = torch.where(known, dates, torch.zeros_like(dates))
+    # the civil calendar from days (Howard Hinnant's days_from_civil inverted), in integer tensor arithmetic
+    z = days + 719468
+    era = torch.div(z, 146097, rounding_mode="floor")
+    doe = z - era * 146097
+    yoe = torch.div(doe - torch.div(doe, 1460, rounding_mode="floor") + torch.div(doe, 36524, rounding_mode="floor")
+                    - torch.div(doe, 146096, rounding_mode="floor"), 365, rounding_mode="floor")
+    doy_march = doe - (365 * yoe + torch.div(yoe, 4, rounding_mode="floor") - torch.div(yoe, 100, rounding_mode="floor"))
+    month_index = torch.div(5 * doy_march + 2, 153, rounding_mode="floor")
+    year = yoe + era * 400 + (month_index >= 10).long()
+    jan1 = _days_from_civil(year)
+    coords = torch.stack([year, days - jan1], dim=-1).float()
+    return torch.where(known[..., None], coords, torch.zeros_like(coords))
+
+
+def _days_from_civil(year: Tensor) -> Tensor:
+    """Days since 1970-01-01 of 1 January of `year`."""
+    y = year - 1  # January counts in the previous March-based year
+    era = torch.div(y, 400, rounding_mode="floor")
+    yoe = y - era * 400
+    doe = 365 * yoe + torch.div(yoe, 4, rounding_mode="floor") - torch.div(yoe, 100, rounding_mode="floor") + 306
+    return era * 146097 + doe - 719468
+
+
+def season_days(dates: Tensor, mask: Tensor) -> Tensor:
+    """(B, T) days since each tile's first valid known date (0 where unknown): L-TAE's positions."""
+    known = (dates != NO_DATE) & mask
+    first = torch.where(known, dates, torch.full_like(dates, torch.iinfo(torch.int64).max)).amin(dim=1, keepdim=True)
+    return torch.where(known, dates - first, torch.zeros_like(dates))
+
+
+class TemporalViTBackbone(Backbone):
+    """A `TemporalViT` as an eoscale `Backbone` (`net`), so that freezing it (`finetune: linear`) and FSDP2's
+    block-by-block sharding (`shardable_blocks`) find it as they find a timm ViT."""
+
+    def __init__(self, net: TemporalViT) -> None:
+        super().__init__("temporal_vit", net, [net.embed_dim], [net.patch_embed.patch_size[-1]])
+
+    def blocks_for_sharding(self) -> list[nn.Module]:
+        return list(self.net.blocks)
+
+
+class TemporalSegmenter(nn.Module):
+    """Prithvi-EO-2.0's encoder with a feature pyramid and FPN decoder; see the module docstring."""
+
+    def __init__(self, *, in_chans: int, num_classes: int, embed_dim: int = 192, depth: int = 4, num_heads: int = 3,
+                 patch_size: int = 16, tubelet: int = 1, num_frames: int = 1, coords_encoding: Sequence[str] = (),
+                 coords_scale_learn: bool = False, out_indices: Sequence[int] | None = None,
+                 decoder_channels: int = 128, dropout: float = 0.0, drop_path_rate: float = 0.0) -> None:
+        super().__init__()
+        encoder = TemporalViT(in_chans=in_chans, embed_dim=embed_dim, depth=depth, num_heads=num_heads,
+                                   patch_size=patch_size, tubelet=tubelet, num_frames=num_frames,
+                              coords_encoding=coords_encoding, coords_scale_learn=coords_scale_learn,
+                              drop_path_rate=drop_path_rate)
+        self.backbone = TemporalViTBackbone(encoder)  # `model.backbone.net`: where fine-tuning modes look
+        self.out_indices = [depth - 1] if out_indices is None else [i % depth for i in out_indices]
+        self.neck = SimpleFeaturePyramid(embed_dim, patch_size, num_inputs=len(self.out_indices))
+        self.decoder = FPNDecoder(self.neck.channels, num_classes=num_classes, channels=decoder_channels, dropout=dropout)
+
+    def forward(self, image: Tensor, *, dates: Tensor | None = None, date_valid: Tensor | None = None,
+                location: Tensor | None = None) -> Tensor:
+        image, dates, mask = _as_stack(image, dates, date_valid)
+        x = image.permute(0, 2, 1, 3, 4)  # (B, C, T, H, W), as Prithvi takes it
+        encoder = self.backbone.net
+        if encoder.location_encoding and location is None:
+            location = image.new_zeros(len(image), 2)  # tiles do not carry their latitude and longitude yet
+        blocks = encoder(x, temporal_coords=date_coords(dates), location_coords=location, date_mask=mask,
+                              return_blocks=self.out_indices)
+        t, h, w = encoder.grid(x)
+        frames = mask if encoder.patch_embed.patch_size[0] == 1 else mask.unflatten(1, (t, -1)).any(dim=2)
+        weight = frames.to(image.dtype)[:, :, None, None, None]  # (B, T', 1, 1, 1): valid dates only
+        maps = []
+        for tokens in blocks:
+            grid = tokens[:, 1:].reshape(len(tokens), t, h, w, -1).permute(0, 1, 4, 2, 3)  # (B, T', D, h, w)
+            maps.append((grid * weight).sum(dim=1) / weight.sum(dim=1).clamp_min(1))
+        logits = self.decoder(self.neck(maps))
+        return F.interpolate(logits, size=image.shape[-2:], mode="bilinear", align_corners=False)
+
+
+
+class UTAE(nn.Module):
+    """A per-date timm backbone, L-TAE over the dates at its coarsest map, attention-weighted skips, an FPN
+    decoder; see the module docstring."""
+
+    def __init__(self, *, in_chans: int, num_classes: int, backbone: str = "resnet18", img_size: int | None = None,
+                 n_head: int = 16, d_k: int = 4, d_model: int = 256, ltae_dropout: float = 0.2,
+                 decoder_channels: int = 128, dropout: float = 0.0, drop_path_rate: float = 0.0,
+                 **backbone_kwargs) -> None:
+        super().__init__()
+        self.backbone = create_backbone(backbone, in_chans=in_chans, img_size=img_size, drop_path_rate=drop_path_rate,
+                                        **backbone_kwargs)
+        channels = list(self.backbone.channels)
+        self.ltae = LTAE(channels[-1], n_head=n_head, d_k=d_k, d_model=d_model, mlp=(d_model, channels[-1]),
+                         dropout=ltae_dropout)
+        self.decoder = FPNDecoder(channels, num_classes=num_classes, channels=decoder_channels, dropout=dropout)
+
+    def forward(self, image: Tensor, *, dates: Tensor | None = None, date_valid: Tensor | None = None,
+                location: Tensor | None = None) -> Tensor:
+        image, dates, mask = _as_stack(image, dates, date_valid)
+        b, t = image.shape[:2]
+        features = [f.unflatten(0, (b, t)) for f in self.backbone(image.flatten(0, 1))]  # each (B, T, C, h, w)
+        coarse = features[-1]
+        _, _, c, h, w = coarse.shape
+        pixels = coarse.permute(0, 3, 4, 1, 2).reshape(b * h * w, t, c)
+        per_pixel = lambda a: a[:, None, None].expand(b, h, w, t).reshape(b * h * w, t)  # noqa: E731
+        out, attention = self.ltae(pixels, per_pixel(season_days(dates, mask)), per_pixel(mask))
+        top = out.view(b, h, w, -1).permute(0, 3, 1, 2)
+        attention = attention.view(-1, b, h, w, t).permute(0, 1, 4, 2, 3)  # (heads, B, T, h, w)
+        maps = []
+        for skip in features[:-1]:
+            size = skip.shape[-2:]
+            weights = F.interpolate(attention.flatten(0, 2)[:, None], size=size, mode="bilinear", align_corners=False)
+            weights = weights.view(*attention.shape[:3], *size)
+            if skip.shape[2] % attention.shape[0]:  # channels that do not split among the heads: their mean
+                weights = weights.mean(dim=0, keepdim=True)
+            maps.append(grouped_attention(skip, weights))
+        logits = self.decoder([*maps, top])
+        return F.interpolate(logits, size=image.shape[-2:], mode="bilinear", align_corners=False)
+
+
+
+def build_temporal_model(architecture: str, *, in_chans: int, num_classes: int, img_size: int | None = None,
+                         weights: str | Path | None = None, **kwargs) -> nn.Module:
+    """A temporal segmentation model of `ARCHITECTURES`; `weights` (temporal_vit only): a local Prithvi-EO-2.0
+    state dict (`eoscale.models.temporal_vit.load_prithvi_state`; its bands must be the store's, in order)."""
+    if architecture not in ARCHITECTURES:
+        raise InputError(f"architecture={architecture!r} is not a temporal model: choose one of {', '.join(ARCHITECTURES)}")
+    if architecture == "utae":
+        if weights is not None:
+            raise InputError("weights= loads Prithvi-EO-2.0 encoders into architecture='temporal_vit', not 'utae'")
+        return UTAE(in_chans=in_chans, num_classes=num_classes, img_size=img_size, **kwargs)
+    kwargs.pop("backbone", None)
+    model = TemporalSegmenter(in_chans=in_chans, num_classes=num_classes, **kwargs)
+    if weights is not None:
+        load_prithvi_state(model.backbone.net, read_state_dict(weights), path=str(weights))
+    return model
