@@ -50,6 +50,7 @@ from eoscale.contract import BandContract
 from eoscale.errors import InputError
 from eoscale.infer.blend import SPARE_ROWS, RowAccumulator
 from eoscale.infer.config import Ramp
+from eoscale.infer.stacked import for_stack
 from eoscale.infer.windows import Span, WindowGrid, even_ranges
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene
@@ -205,6 +206,8 @@ def predict_blocks(
     if len(blocks) == 0:
         return
     remote = getattr(network, "raw_windows", False)
+    if isinstance(scene, SceneStack) and not remote:  # a temporal model is given its dates (eoscale.infer.stacked)
+        network = for_stack(network, scene.dates)
     device = torch.device("cpu") if remote else next(network.parameters()).device
     first = grid.first_window_row(blocks.start)
     span = Span.of(grid.cols, cols)

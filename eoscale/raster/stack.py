@@ -53,8 +53,9 @@ class StackWindow(MaskedWindow):
 
 
 def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> list[SceneStack]:
-    """`scenes` grouped by place into stacks of `steps` dates each, in date order (InputError in one line for a
-    place with another number of dates, a scene without a date, or two scenes of one place and date)."""
+    """`scenes` grouped by place into stacks of `steps` dates each (`require="any"`: up to `steps`), in date order
+    (InputError in one line for a place with another number of dates, a scene without a date, or two scenes of one
+    place and date)."""
     if require not in REQUIRE:
         raise InputError(f"require={require!r}: expected one of {', '.join(REQUIRE)}")
     places: dict[tuple, list[Scene]] = defaultdict(list)
@@ -73,10 +74,13 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
         dates = [s.date for s in group]
         if len(set(dates)) != len(dates):
             raise InputError(f"two scenes of one place share a date ({ids}): give one scene of each date")
-        if len(group) != steps:
+        # a change needs exactly its dates; a season model takes up to the dates it was trained on (a missing
+        # date is a masked step, as in training)
+        if len(group) != steps if require == "all" else len(group) > steps:
             raise InputError(
-                f"the scenes of one place ({ids}) are {len(group)} date(s), and the model maps {steps} dates at a "
-                f"time: give {steps} scenes of each place on one grid"
+                f"the scenes of one place ({ids}) are {len(group)} date(s), and the model maps "
+                f"{steps if require == 'all' else f'at most {steps}'} dates at a time: give "
+                f"{steps if require == 'all' else f'up to {steps}'} scenes of each place on one grid"
             )
         if len({s.sensor for s in group}) != 1:
             raise InputError(f"the scenes of one place ({ids}) come from different sensors: give one sensor's scenes")
