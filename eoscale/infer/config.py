@@ -71,6 +71,13 @@ class PredictConfig:
     probabilities: bool = option("--probabilities", "also write <scene>_probabilities.tif (class models): every "
                                  "class's probability, one band a class named after it, uint8 x 0.005",
                                  default=False, action="store_true")
+    smooth: str | None = option("--smooth", "post-classification Bayesian smoothing of the class probabilities (class "
+                                "models), as sits_smooth: bayes, bayes:WINDOW or bayes:WINDOW:SMOOTHNESS (default "
+                                "window 7, smoothness 10); the map, confidence, uncertainty and probabilities are made "
+                                "from the smoothed probabilities", default=None, metavar="bayes[:W[:S]]")
+    mmu: int = option("--mmu", "minimum mapping unit (class models): regions of one class smaller than PIXELS take "
+                      "the class of their largest neighbour (a sieve, 8-connected; 0: none)", default=0, type=int,
+                      metavar="PIXELS", show_default=False)
     overwrite: bool = option("--overwrite", "replace the maps of scenes already predicted", default=False,
                              action="store_true")
     band_names: list[str] | None = option("--band-names", "names of a multi-band file's bands, in file order, when "

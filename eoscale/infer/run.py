@@ -209,12 +209,13 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
 
 
 def class_layers(config: PredictConfig, model) -> dict:
-    """The class writer's layers of how sure the map is (`--uncertainty`, `--probabilities`), only when asked for: a
-    writer of another target kind takes none, and a values checkpoint is refused in one line."""
-    layers = {k: v for k, v in (("uncertainty", config.uncertainty), ("probabilities", config.probabilities))
-              if v not in ("none", False)}
+    """The class writer's layers of how sure the map is (`--uncertainty`, `--probabilities`) and its post-classification
+    (`--smooth`, `--mmu`), only when asked for: a writer of another target kind takes none, and a values checkpoint is
+    refused in one line."""
+    layers = {k: v for k, v in (("uncertainty", config.uncertainty), ("probabilities", config.probabilities),
+                                ("smooth", config.smooth), ("mmu", config.mmu)) if v not in ("none", False, None, 0)}
     if layers and model.contract.target != "classes":
-        asked = "--uncertainty" if "uncertainty" in layers else "--probabilities"
+        asked = "--" + next(iter(layers))
         raise InputError(f"{asked} describes class probabilities and checkpoint {str(model.checkpoint)!r} maps "
                          f"{model.contract.target!r}: drop {asked}")
     return layers

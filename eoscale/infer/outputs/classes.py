@@ -37,6 +37,7 @@ from eoscale.errors import InputError, OutputExistsError
 from eoscale.infer.areas import AreaCounter, area_table, top_classes, write_area_table
 from eoscale.infer.outputs.base import MapContext, OutputWriter, register_writer
 from eoscale.infer.outputs.rasters import PartFiles, Piece, partial, write_cog
+from eoscale.infer.outputs.smoothing import BayesSmoothing, check_mmu, refine
 from eoscale.infer.outputs.uncertainty import (
     DESCRIPTIONS,
     PROBABILITIES_SUFFIX,
@@ -238,11 +239,13 @@ class ClassWriter(OutputWriter):
     files_note = "maps, quick-looks and area tables in {output}/ (<scene>_landcover.tif, _quicklook.png, _areas.csv)"
 
     def __init__(self, contract: BandContract, *, confidence: bool = False, uncertainty: str = "none",
-                 probabilities: bool = False) -> None:
+                 probabilities: bool = False, smooth: str | None = None, mmu: int = 0) -> None:
         super().__init__(contract, confidence=confidence)
         if uncertainty not in UNCERTAINTY:
             raise InputError(f"--uncertainty {uncertainty!r} is not one of {', '.join(UNCERTAINTY)}")
         self.uncertainty, self.probabilities = uncertainty, probabilities
+        # post-classification (eoscale.infer.outputs.smoothing): the parts keep the probabilities for the smoothing
+        self.smooth, self.mmu = BayesSmoothing.parse(smooth), check_mmu(int(mmu))
         self.table = ClassTable.from_records(list(contract.classes))
         self.encoding = MapEncoding.from_table(self.table)
 
@@ -253,33 +256,41 @@ class ClassWriter(OutputWriter):
     def part(self, path: Path, scene: Any) -> PartWriter:
         counter = AreaCounter(len(self.table), scene.crs, scene.transform)
         return PartWriter(path, self.encoding, counter, confidence=self.confidence, uncertainty=self.uncertainty,
-                          probabilities=self.probabilities)
+                          probabilities=self.probabilities or self.smooth is not None)
 
     def finish(self, scene: Any, pieces: list[Piece], described: list[dict], files: SceneOutputs,
                context: MapContext) -> dict:
         """The COG(s), area table, quick-look and STAC Item of a scene from its part files; returns the area table."""
         table, encoding, georef = self.table, self.encoding, context.georef
         counter = AreaCounter(len(table), scene.crs, scene.transform)
-        for d in described:
-            counter.merge(d["areas"])
-        tags, band_tags = map_tags(table, encoding, context.tags)
-        write_cog(pieces, ".classes", partial(files.landcover), georef, dtype=encoding.dtype,
+        mapped = layers = pieces
+        if self.smooth is not None or self.mmu > 1:  # the map (and its layers, when smoothed) made anew; areas recounted
+            refined = refine(pieces, pieces[0].path.parent, height=georef.height, width=georef.width,
+                             values=encoding.values, nodata=encoding.nodata, dtype=encoding.dtype, smooth=self.smooth,
+                             mmu=self.mmu, uncertainty=self.uncertainty, counter=counter)
+            mapped = [refined]
+            layers = [refined] if self.smooth is not None else pieces
+        else:
+            for d in described:
+                counter.merge(d["areas"])
+        tags, band_tags = map_tags(table, encoding, {**context.tags, **self.refinement_tags()})
+        write_cog(mapped, ".classes", partial(files.landcover), georef, dtype=encoding.dtype,
                   nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
                   band_tags=band_tags, description="land-cover class code")
         if files.confidence is not None:
-            write_cog(pieces, ".confidence", partial(files.confidence), georef,
+            write_cog(layers, ".confidence", partial(files.confidence), georef,
                       dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",
                       tags={"EOSCALE_CHECKPOINT": context.checkpoint},
                       description="probability of the mapped class, percent")
         calibration = {"EOSCALE_CHECKPOINT": context.checkpoint,
                        "EOSCALE_TEMPERATURE": f"{self.contract.temperature:.6g}"}
         if files.uncertainty is not None:
-            write_cog(pieces, UNCERTAINTY_SUFFIX, partial(files.uncertainty), georef, dtype="uint8",
+            write_cog(layers, UNCERTAINTY_SUFFIX, partial(files.uncertainty), georef, dtype="uint8",
                       nodata=UNCERTAINTY_NODATA, overview="average",
                       tags={**calibration, "EOSCALE_UNCERTAINTY": self.uncertainty},
                       description=DESCRIPTIONS[self.uncertainty])
         if files.probabilities is not None:
-            write_probabilities_cog(pieces, partial(files.probabilities), georef, [c.name for c in table.classes],
+            write_probabilities_cog(layers, partial(files.probabilities), georef, [c.name for c in table.classes],
                                     tags=calibration)
         areas = area_table(counter, table, scene=scene.id)
         write_area_table(areas, partial(files.areas_csv), partial(files.areas_json))
@@ -296,6 +307,15 @@ class ClassWriter(OutputWriter):
                         checksums=checksums, assets=self.assets())
         write_json(partial(files.item), to_json(item))
         return areas
+
+    def refinement_tags(self) -> dict[str, str]:
+        """What the map's tags say of its post-classification (none: no tag)."""
+        tags = {}
+        if self.smooth is not None:
+            tags["EOSCALE_SMOOTH"] = f"bayes:{self.smooth.window}:{self.smooth.smoothness:g}"
+        if self.mmu > 1:
+            tags["EOSCALE_MMU_PIXELS"] = str(self.mmu)
+        return tags
 
     def assets(self) -> dict:
         """What the Item says of each file: a class map's (`class_map_assets`) and the uncertainty layers."""
