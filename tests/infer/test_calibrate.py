@@ -94,3 +94,17 @@ def test_write_temperature_leaves_no_partial_file_when_saving_fails(tmp_path, mo
     with pytest.raises(OSError):
         write_temperature(checkpoint, target, 1.5, {"by": "calibrate"})
     assert not target.exists() and os.listdir(tmp_path) == ["best.ckpt"]
+
+
+def test_predict_store_reports_the_ece_of_the_probabilities_it_maps(store, tmp_path, one_thread):
+    from dataclasses import replace
+
+    from eoscale.infer.evaluate import evaluate
+    from eoscale.infer.model import load_model
+
+    model = load_model(store_checkpoint(tmp_path / "best.ckpt", store))
+    plain = evaluate(model, store, split="val")
+    sharp = evaluate(replace(model, contract=replace(model.contract, temperature=1e-4)), store, split="val")
+    assert 0 <= plain["val_ece"] <= 1 and sharp["val_miou"] == plain["val_miou"]
+    # a near-one-hot softmax of a network right about val_accuracy of the time: ECE ≈ 1 − accuracy
+    assert sharp["val_ece"] == pytest.approx(1 - sharp["val_accuracy"], abs=0.05)
