@@ -59,7 +59,10 @@ class TemperatureScaling(Callback):
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         if self._sample is None or not isinstance(outputs, dict) or "logits" not in outputs:
             return
-        self._sample.add(outputs["logits"].detach().float(), batch["label"])
+        logits = outputs["logits"].detach()
+        if hasattr(logits, "full_tensor"):  # a DTensor (tensor parallelism): the whole output, as every rank has it
+            logits = logits.full_tensor()
+        self._sample.add(logits.float(), batch["label"])
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         sample, self._sample = self._sample, None
