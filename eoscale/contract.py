@@ -75,10 +75,19 @@ class BandContract:
     # single-date model, 2 a change model; a temporal model takes a stack of at most this many; a contract from before
     # dates were recorded: 1
     time_steps: int = 1
+    # classes and change: the temperature T the logits are divided by before the softmax (temperature scaling,
+    # `eoscale.models.calibration`), fitted on the val split by `fit` or `eoscale calibrate`; 1.0 (none) in a
+    # checkpoint written before; `calibration` says how it was fitted: {pixels, ece_before, ece_after, by}
+    temperature: float = 1.0
+    calibration: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
         check_target(self.target)
+        if not (float(self.temperature) > 0 and np.isfinite(float(self.temperature))):
+            raise InputError(f"temperature {self.temperature!r} is not a positive number: refit it with "
+                             "'eoscale calibrate'")
+        object.__setattr__(self, "temperature", float(self.temperature))
 
     @classmethod
     def from_datamodule(cls, datamodule: Any) -> BandContract:
@@ -109,6 +118,9 @@ class BandContract:
             "target": self.target,
             **({"target_info": dict(self.target_info)} if self.target_info is not None else {}),
             **({"time_steps": self.time_steps} if self.time_steps > 1 else {}),  # single-date records as before
+            # only once fitted, so an uncalibrated contract is written as before
+            **({"temperature": self.temperature} if self.temperature != 1.0 or self.calibration else {}),
+            **({"calibration": dict(self.calibration)} if self.calibration is not None else {}),
         }
 
     @classmethod
@@ -125,6 +137,9 @@ class BandContract:
             target=data.get("target") or DEFAULT_TARGET,
             target_info=dict(data["target_info"]) if data.get("target_info") is not None else None,
             time_steps=int(data.get("time_steps") or 1),  # a record from before dates: one date
+            # a contract from before calibration: no temperature (T = 1)
+            temperature=float(data.get("temperature", 1.0)),
+            calibration=dict(data["calibration"]) if data.get("calibration") is not None else None,
         )
 
     def output_channels(self) -> int:
@@ -136,12 +151,15 @@ class BandContract:
 
     def activate(self, logits: torch.Tensor) -> torch.Tensor:
         """The network's raw output as what its maps are made of, float32: class probabilities (softmax over the
-        channel axis) for classes and change, the values themselves for values. Prediction and serving alike."""
+        channel axis, of the logits divided by the contract's `temperature`) for classes and change, the values
+        themselves for values. Prediction and serving alike."""
         logits = logits.float()
         if self.target == "values":
             info = self.target_info
             # the network predicts the normalised value: back to the target's units
             return logits if info is None else logits * float(info["std"]) + float(info["mean"])
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         return logits.softmax(dim=1)
 
     def normalisation(self) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ import importlib
 
 BENCHMARKS = {
     "adapters": ("eoscale.bench.adapters", "MAE backbone: scratch vs full fine-tuning vs LoRA vs linear probe (all and 10% labels); LoRA's parameters, step time, memory"),
+    "calibration": ("eoscale.bench.calibration", "temperature scaling: test-split ECE before/after (fitted on val); entropy on wrong vs right pixels and its AUROC for errors, also from predict's uncertainty COG on an unseen scene"),
     "gpu": ("eoscale.bench.gpu", "one accelerator: bf16 ViT-B/16 training samples/s and MFU, the loader's data-wait share at that speed, an FSDP2 step (scripts/gpu-check.sh)"),
     "ingest": ("eoscale.bench.ingest", "ingest throughput against reading + compressing the same windows without Zarr/Dask"),
     "loader": ("eoscale.bench.loader", "training loader throughput against decode-only, random zarr reads and rasterio windows"),

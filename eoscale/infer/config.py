@@ -19,6 +19,7 @@ COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at
 Ramp = Literal["cosine", "linear"]
 RAMPS: tuple[str, ...] = ("cosine", "linear")
 DEVICES = ("auto", "cpu", "cuda")
+UNCERTAINTY = ("none", "entropy", "margin")  # eoscale.infer.outputs.uncertainty (no torch here)
 
 
 def _names(text: str) -> list[str]:
@@ -64,6 +65,19 @@ class PredictConfig:
                          default="auto", choices=DEVICES)
     confidence: bool = option("--confidence", "also write <scene>_confidence.tif: the mapped class's probability, "
                               "0-100", default=False, action="store_true")
+    uncertainty: str = option("--uncertainty", "also write <scene>_uncertainty.tif (class models): how unsure each "
+                              "pixel is, 0-100: the entropy of its class probabilities / log(classes), or 1 - the "
+                              "margin between its two most probable classes", default="none", choices=UNCERTAINTY)
+    probabilities: bool = option("--probabilities", "also write <scene>_probabilities.tif (class models): every "
+                                 "class's probability, one band a class named after it, uint8 x 0.005",
+                                 default=False, action="store_true")
+    smooth: str | None = option("--smooth", "post-classification Bayesian smoothing of the class probabilities (class "
+                                "models), as sits_smooth: bayes, bayes:WINDOW or bayes:WINDOW:SMOOTHNESS (default "
+                                "window 7, smoothness 10); the map, confidence, uncertainty and probabilities are made "
+                                "from the smoothed probabilities", default=None, metavar="bayes[:W[:S]]")
+    mmu: int = option("--mmu", "minimum mapping unit (class models): regions of one class smaller than PIXELS take "
+                      "the class of their largest neighbour (a sieve, 8-connected; 0: none)", default=0, type=int,
+                      metavar="PIXELS", show_default=False)
     overwrite: bool = option("--overwrite", "replace the maps of scenes already predicted", default=False,
                              action="store_true")
     band_names: list[str] | None = option("--band-names", "names of a multi-band file's bands, in file order, when "
@@ -151,6 +165,8 @@ def check_config(config: PredictConfig) -> None:
         value = getattr(config, name)
         if value is not None and value < minimum:
             raise InputError(f"{flag(name)} {value}: give {what}")
+    if config.uncertainty not in UNCERTAINTY:
+        raise InputError(f"{flag('uncertainty')} {config.uncertainty!r} is not one of {', '.join(UNCERTAINTY)}")
     if config.ramp not in RAMPS:
         raise InputError(f"{flag('ramp')} {config.ramp!r} is not one of {', '.join(RAMPS)}")
     if config.device not in DEVICES:

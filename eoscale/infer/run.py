@@ -203,13 +203,26 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")
-    writer = writer_for(model.contract)(model.contract, confidence=config.confidence)
+    writer = writer_for(model.contract)(model.contract, confidence=config.confidence, **class_layers(config, model))
     if outputs:
         check_outputs(config, ids, writer)
     window = config.window or model.contract.tile_size
     check_window(window, config.overlap)
     readers = config.readers or reading_threads(model.device)
     return Plan(model, scenes, window, config.overlap, config.column_tile, readers, writer)
+
+
+def class_layers(config: PredictConfig, model) -> dict:
+    """The class writer's layers of how sure the map is (`--uncertainty`, `--probabilities`) and its post-classification
+    (`--smooth`, `--mmu`), only when asked for: a writer of another target kind takes none, and a values checkpoint is
+    refused in one line."""
+    layers = {k: v for k, v in (("uncertainty", config.uncertainty), ("probabilities", config.probabilities),
+                                ("smooth", config.smooth), ("mmu", config.mmu)) if v not in ("none", False, None, 0)}
+    if layers and model.contract.target != "classes":
+        asked = "--" + next(iter(layers))
+        raise InputError(f"{asked} describes class probabilities and checkpoint {str(model.checkpoint)!r} maps "
+                         f"{model.contract.target!r}: drop {asked}")
+    return layers
 
 
 def check_outputs(config: PredictConfig, scene_ids: list[str], writer: OutputWriter) -> None:

@@ -13,12 +13,12 @@ EXPERIMENT = "eoscale-predict"
 MAX_PARAM = 500  # MLflow caps a parameter's value; a long list of inputs is cut
 
 
-def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = None):
-    """An MLflow run in experiment `eoscale-predict`, or None (and a warning) if the tracking store refuses."""
+def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = None, experiment: str = EXPERIMENT):
+    """An MLflow run in `experiment` (`eoscale-predict`), or None (and a warning) if the tracking store refuses."""
     from eoscale.track.logger import MLflowLogger
 
     try:
-        return MLflowLogger(experiment_name=EXPERIMENT, run_name=run_name, tracking_uri=tracking_uri,
+        return MLflowLogger(experiment_name=experiment, run_name=run_name, tracking_uri=tracking_uri,
                             root_dir=str(output), local_metrics=False)
     except Exception as err:  # an unusable URI: the maps are written already, keep them and say so
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -67,9 +67,12 @@ def log_prediction(config, result, *, tracking_uri: str | None = None, profile: 
     return None if logger.failed else logger.run_id
 
 
-def log_evaluation(output: Path, tracking_uri: str | None, params: dict, metrics: dict[str, float]) -> str | None:
-    """Log an evaluation over a tile store's split (metrics named like `eoscale test`'s)."""
-    logger = open_run(output, tracking_uri, run_name=f"evaluate-{params.get('split', '')}")
+def log_evaluation(output: Path, tracking_uri: str | None, params: dict, metrics: dict[str, float], *,
+                   experiment: str = EXPERIMENT, run_name: str | None = None) -> str | None:
+    """Log an evaluation over a tile store's split (metrics named like `eoscale test`'s; `eoscale calibrate`'s
+    fit in its own experiment)."""
+    logger = open_run(output, tracking_uri, run_name=run_name or f"evaluate-{params.get('split', '')}",
+                      experiment=experiment)
     if logger is None:
         return None
     logger.log_hyperparams(params)

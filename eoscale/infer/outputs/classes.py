@@ -5,6 +5,8 @@ Per scene, in the output folder:
     <scene>_landcover.tif    COG, class CODES of the class table (WorldCover 10, 20, ...), nodata where the
                              input has nodata, colormap and class names embedded, mode-resampled overviews
     <scene>_confidence.tif   COG (--confidence), the blended probability of the chosen class, 0–100 (uint8)
+    <scene>_uncertainty.tif  COG (--uncertainty entropy|margin), 0–100 (uint8), and <scene>_probabilities.tif
+                             (--probabilities), one band a class: `eoscale.infer.outputs.uncertainty`
     <scene>_quicklook.png    the map with a legend
     <scene>_areas.csv/.json  pixels, hectares and percent of the valid area per class (`eoscale.infer.areas`)
     <scene>_item.json        the map's STAC Item: footprint, grid, classes, assets and lineage (`eoscale.catalog.stac`)
@@ -35,6 +37,18 @@ from eoscale.errors import InputError, OutputExistsError
 from eoscale.infer.areas import AreaCounter, area_table, top_classes, write_area_table
 from eoscale.infer.outputs.base import MapContext, OutputWriter, register_writer
 from eoscale.infer.outputs.rasters import PartFiles, Piece, partial, write_cog
+from eoscale.infer.outputs.smoothing import BayesSmoothing, check_mmu, refine
+from eoscale.infer.outputs.uncertainty import (
+    DESCRIPTIONS,
+    PROBABILITIES_SUFFIX,
+    PROBABILITY_NODATA,
+    UNCERTAINTY,
+    UNCERTAINTY_NODATA,
+    UNCERTAINTY_SUFFIX,
+    probability_rows,
+    uncertainty_rows,
+    write_probabilities_cog,
+)
 
 CONFIDENCE_NODATA = 255
 QUICKLOOK_PIXELS = 1000  # longest side of the quick-look's map, in pixels
@@ -50,11 +64,16 @@ class SceneOutputs:
     areas_csv: Path
     areas_json: Path
     item: Path
+    uncertainty: Path | None = None
+    probabilities: Path | None = None
 
     @classmethod
-    def for_scene(cls, folder: Path, scene_id: str, *, confidence: bool) -> SceneOutputs:
+    def for_scene(cls, folder: Path, scene_id: str, *, confidence: bool, uncertainty: bool = False,
+                  probabilities: bool = False) -> SceneOutputs:
         folder = Path(folder)
         return cls(
+            uncertainty=folder / f"{scene_id}_uncertainty.tif" if uncertainty else None,
+            probabilities=folder / f"{scene_id}_probabilities.tif" if probabilities else None,
             landcover=folder / f"{scene_id}_landcover.tif",
             confidence=folder / f"{scene_id}_confidence.tif" if confidence else None,
             quicklook=folder / f"{scene_id}_quicklook.png",
@@ -65,7 +84,7 @@ class SceneOutputs:
 
     def files(self) -> list[Path]:
         """All files, the class map last (its presence marks the scene as done)."""
-        return [p for p in (self.confidence, self.quicklook, self.areas_csv, self.areas_json, self.item,
+        return [p for p in (self.confidence, self.uncertainty, self.probabilities, self.quicklook, self.areas_csv, self.areas_json, self.item,
                             self.landcover) if p]
 
     def check(self, *, overwrite: bool) -> None:
@@ -113,12 +132,17 @@ class PartWriter:
     """One process's rows of one column tile of a scene's map (and confidence), appended block by block to raw
     files at `path` (+ `.classes`, `.confidence`; `.json` describes the part once it is finished)."""
 
-    def __init__(self, path: Path, encoding: MapEncoding, counter: AreaCounter, *, confidence: bool) -> None:
+    def __init__(self, path: Path, encoding: MapEncoding, counter: AreaCounter, *, confidence: bool,
+                 uncertainty: str = "none", probabilities: bool = False) -> None:
         self.path = path
         self.encoding = encoding
         self.counter = counter
         self.confidence = confidence
-        self._files = PartFiles(path, [".classes", ".confidence"] if confidence else [".classes"])
+        self.uncertainty = uncertainty
+        self.probabilities = probabilities
+        suffixes = [".classes", *[".confidence"] * confidence, *[UNCERTAINTY_SUFFIX] * (uncertainty != "none"),
+                    *[PROBABILITIES_SUFFIX] * probabilities]
+        self._files = PartFiles(path, suffixes)
 
     @property
     def rows(self) -> int:
@@ -143,6 +167,12 @@ class PartWriter:
             percent = np.clip(np.round(confidence * np.float32(100)), 0, 100).astype(np.uint8)
             percent[~valid] = CONFIDENCE_NODATA
             rows[".confidence"] = percent
+        if self.uncertainty != "none" or self.probabilities:
+            probs = block.probs.cpu().numpy()
+            if self.uncertainty != "none":
+                rows[UNCERTAINTY_SUFFIX] = uncertainty_rows(probs, valid, self.uncertainty)
+            if self.probabilities:
+                rows[PROBABILITIES_SUFFIX] = probability_rows(probs, valid)
         self._files.append(rows)
         self.counter.add(block.row, index, valid)
 
@@ -209,47 +239,103 @@ class ClassWriter(OutputWriter):
     summary_column = "largest classes"
     files_note = "maps, quick-looks and area tables in {output}/ (<scene>_landcover.tif, _quicklook.png, _areas.csv)"
 
-    def __init__(self, contract: BandContract, *, confidence: bool = False) -> None:
+    def __init__(self, contract: BandContract, *, confidence: bool = False, uncertainty: str = "none",
+                 probabilities: bool = False, smooth: str | None = None, mmu: int = 0) -> None:
         super().__init__(contract, confidence=confidence)
+        if uncertainty not in UNCERTAINTY:
+            raise InputError(f"--uncertainty {uncertainty!r} is not one of {', '.join(UNCERTAINTY)}")
+        self.uncertainty, self.probabilities = uncertainty, probabilities
+        # post-classification (eoscale.infer.outputs.smoothing): the parts keep the probabilities for the smoothing
+        self.smooth, self.mmu = BayesSmoothing.parse(smooth), check_mmu(int(mmu))
         self.table = ClassTable.from_records(list(contract.classes))
         self.encoding = MapEncoding.from_table(self.table)
 
     def scene_files(self, folder: Path, scene_id: str) -> SceneOutputs:
-        return SceneOutputs.for_scene(folder, scene_id, confidence=self.confidence)
+        return SceneOutputs.for_scene(folder, scene_id, confidence=self.confidence,
+                                      uncertainty=self.uncertainty != "none", probabilities=self.probabilities)
 
     def part(self, path: Path, scene: Any) -> PartWriter:
         counter = AreaCounter(len(self.table), scene.crs, scene.transform)
-        return PartWriter(path, self.encoding, counter, confidence=self.confidence)
+        return PartWriter(path, self.encoding, counter, confidence=self.confidence, uncertainty=self.uncertainty,
+                          probabilities=self.probabilities or self.smooth is not None)
 
     def finish(self, scene: Any, pieces: list[Piece], described: list[dict], files: SceneOutputs,
                context: MapContext) -> dict:
         """The COG(s), area table, quick-look and STAC Item of a scene from its part files; returns the area table."""
         table, encoding, georef = self.table, self.encoding, context.georef
         counter = AreaCounter(len(table), scene.crs, scene.transform)
-        for d in described:
-            counter.merge(d["areas"])
-        tags, band_tags = map_tags(table, encoding, context.tags)
-        write_cog(pieces, ".classes", partial(files.landcover), georef, dtype=encoding.dtype,
+        mapped = layers = pieces
+        if self.smooth is not None or self.mmu > 1:  # the map (and its layers, when smoothed) made anew; areas recounted
+            refined = refine(pieces, pieces[0].path.parent, height=georef.height, width=georef.width,
+                             values=encoding.values, nodata=encoding.nodata, dtype=encoding.dtype, smooth=self.smooth,
+                             mmu=self.mmu, uncertainty=self.uncertainty, counter=counter)
+            mapped = [refined]
+            layers = [refined] if self.smooth is not None else pieces
+        else:
+            for d in described:
+                counter.merge(d["areas"])
+        tags, band_tags = map_tags(table, encoding, {**context.tags, **self.refinement_tags()})
+        write_cog(mapped, ".classes", partial(files.landcover), georef, dtype=encoding.dtype,
                   nodata=encoding.nodata, overview="mode", colormap=encoding.colormap(table), tags=tags,
                   band_tags=band_tags, description=self.map_description)
         if files.confidence is not None:
-            write_cog(pieces, ".confidence", partial(files.confidence), georef,
+            write_cog(layers, ".confidence", partial(files.confidence), georef,
                       dtype="uint8", nodata=CONFIDENCE_NODATA, overview="average",
                       tags={"EOSCALE_CHECKPOINT": context.checkpoint},
                       description="probability of the mapped class, percent")
+        calibration = {"EOSCALE_CHECKPOINT": context.checkpoint,
+                       "EOSCALE_TEMPERATURE": f"{self.contract.temperature:.6g}"}
+        if files.uncertainty is not None:
+            write_cog(layers, UNCERTAINTY_SUFFIX, partial(files.uncertainty), georef, dtype="uint8",
+                      nodata=UNCERTAINTY_NODATA, overview="average",
+                      tags={**calibration, "EOSCALE_UNCERTAINTY": self.uncertainty},
+                      description=DESCRIPTIONS[self.uncertainty])
+        if files.probabilities is not None:
+            write_probabilities_cog(layers, partial(files.probabilities), georef, [c.name for c in table.classes],
+                                    tags=calibration)
         areas = area_table(counter, table, scene=scene.id)
         write_area_table(areas, partial(files.areas_csv), partial(files.areas_json))
         write_quicklook(partial(files.landcover), partial(files.quicklook), table, encoding, areas,
                         title=context.title)
         assets = {"landcover": files.landcover, "confidence": files.confidence, "quicklook": files.quicklook,
-                  "areas_csv": files.areas_csv, "areas_json": files.areas_json}
-        checksums = {k: file_sha256(partial(assets[k])) for k in ("landcover", "confidence") if assets[k] is not None}
+                  "areas_csv": files.areas_csv, "areas_json": files.areas_json, "uncertainty": files.uncertainty,
+                  "probabilities": files.probabilities}
+        checksums = {k: file_sha256(partial(assets[k])) for k in ("landcover", "confidence", "uncertainty",
+                                                                   "probabilities") if assets[k] is not None}
         item = map_item(scene.id, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
                         table=table, dtype=encoding.dtype, nodata=encoding.nodata, files=assets,
                         lineage=context.lineage, areas=areas, confidence_nodata=CONFIDENCE_NODATA,
-                        checksums=checksums)
+                        checksums=checksums, assets=self.assets())
         write_json(partial(files.item), to_json(item))
         return areas
+
+    def refinement_tags(self) -> dict[str, str]:
+        """What the map's tags say of its post-classification (none: no tag)."""
+        tags = {}
+        if self.smooth is not None:
+            tags["EOSCALE_SMOOTH"] = f"bayes:{self.smooth.window}:{self.smooth.smoothness:g}"
+        if self.mmu > 1:
+            tags["EOSCALE_MMU_PIXELS"] = str(self.mmu)
+        return tags
+
+    def assets(self) -> dict:
+        """What the Item says of each file: a class map's (`class_map_assets`) and the uncertainty layers."""
+        import pystac
+        from pystac.extensions.raster import DataType
+
+        from eoscale.catalog.stac import AssetInfo, class_map_assets
+
+        described = class_map_assets(self.encoding.dtype, self.encoding.nodata, CONFIDENCE_NODATA)
+        if self.uncertainty != "none":
+            described["uncertainty"] = AssetInfo(DESCRIPTIONS[self.uncertainty], pystac.MediaType.COG, ["metadata"],
+                                                 raster={"nodata": UNCERTAINTY_NODATA, "data_type": DataType.UINT8,
+                                                         "unit": "percent"})
+        if self.probabilities:
+            described["probabilities"] = AssetInfo("class probabilities, one band a class (x 0.005)",
+                                                   pystac.MediaType.COG, ["metadata"],
+                                                   raster={"nodata": PROBABILITY_NODATA, "data_type": DataType.UINT8,
+                                                           "scale": 0.005})
+        return described
 
     @classmethod
     def describe(cls, summary: dict) -> str:

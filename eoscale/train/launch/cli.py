@@ -37,6 +37,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
+from eoscale.train.callbacks.calibration import TemperatureScaling
 from eoscale.train.callbacks.last_checkpoint import LatestCheckpoint
 from eoscale.train.callbacks.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
 from eoscale.train.callbacks.profiling import Profiling
@@ -136,6 +137,7 @@ class EoscaleCLI(LightningCLI):
         parser.add_lightning_class_args(StepTimer, "steptime")
         parser.add_lightning_class_args(Profiling, "profile")
         parser.add_lightning_class_args(LatestCheckpoint, "checkpoint")  # last.ckpt: the newest state, always
+        parser.add_lightning_class_args(TemperatureScaling, "calibration")  # a class model's temperature, each val
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val_miou",

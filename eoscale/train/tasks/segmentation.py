@@ -199,8 +199,9 @@ class SegmentationTask(BaseTask):
         preds = logits.argmax(dim=1)
         self.metrics[split].update(preds, batch["label"])
         self.confusion[split].update(preds, batch["label"])
-        # returned on every rank so callbacks draw panels without running the (possibly sharded) model alone
-        return {"pred": preds}
+        # returned on every rank so callbacks draw panels and fit the temperature (TemperatureScaling) without
+        # running the (possibly sharded) model alone
+        return {"pred": preds, "logits": logits.detach()}
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         return self._eval_step("val", batch, batch_idx)
