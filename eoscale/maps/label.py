@@ -6,7 +6,7 @@ points `eoscale sample` chose (by uncertainty, or the stratified ones) are looke
 synthetic truth, a national map, an earlier campaign's raster). Both files of the sample (`<prefix>.csv` and
 `<prefix>.gpkg`) are filled when both are there, each written under a hidden name and renamed into place.
 Points on the raster's nodata or outside it are left empty, and said: `eoscale assess` refuses a sample with
-empty references, so they are labelled by hand or their rows deleted.
+empty references, so they are labelled by hand or their rows deleted (`drop`).
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def reference_codes(reference: Path, x: np.ndarray, y: np.ndarray, crs: str) -> 
     return codes
 
 
-def label_sample(path: str | Path, reference: str | Path, *, overwrite: bool = False) -> Labelled:
-    """Fill the `reference` column of the sample at `path` (and its sibling file) from the raster `reference`."""
+def label_sample(path: str | Path, reference: str | Path, *, overwrite: bool = False, drop: bool = False) -> Labelled:
+    """Fill the `reference` column of the sample at `path` (and its sibling file) from the raster `reference`;
+    with `drop`, the points it cannot label are removed (a labeller's non-response: few, at the raster's edges)."""
     path, reference = Path(path), Path(reference)
     files = sample_files(path)
     design_path = design_of(path)
@@ -97,6 +98,10 @@ def label_sample(path: str | Path, reference: str | Path, *, overwrite: bool = F
                              f"the sample's class table {classes}: recode them, or set them as the raster's nodata")
         tables.append((file, table, codes))
     for file, table, codes in tables:
+        labelled, empty = int((codes >= 0).sum()), int((codes < 0).sum())
+        if drop:
+            labelled_rows = codes >= 0
+            table, codes = table[labelled_rows].reset_index(drop=True), codes[labelled_rows]
         table[REFERENCE] = [str(c) if c >= 0 else "" for c in codes.tolist()]
         target = partial(file)
         try:
@@ -110,5 +115,4 @@ def label_sample(path: str | Path, reference: str | Path, *, overwrite: bool = F
         finally:
             target.unlink(missing_ok=True)
         written.append(file)
-        labelled, empty = int((codes >= 0).sum()), int((codes < 0).sum())
     return Labelled(written, labelled, empty)

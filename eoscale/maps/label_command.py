@@ -21,15 +21,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", required=True, metavar="RASTER",
                         help="a raster of class codes (any CRS and resolution) covering the points")
     parser.add_argument("--overwrite", action="store_true", help="replace reference values already filled in")
+    parser.add_argument("--drop-unlabelled", action="store_true",
+                        help="remove the points on the reference's nodata or outside it, instead of leaving them empty")
 
 
 def run(args: argparse.Namespace) -> int:
     from eoscale.maps.label import label_sample
 
-    done = label_sample(args.sample, args.reference, overwrite=args.overwrite)
+    done = label_sample(args.sample, args.reference, overwrite=args.overwrite, drop=args.drop_unlabelled)
     print(f"labelled {done.labelled} of {done.labelled + done.empty} points from {args.reference}: "
           + ", ".join(str(f) for f in done.files))
-    if done.empty:
+    if done.empty and args.drop_unlabelled:
+        print(f"{done.empty} points on the reference's nodata or outside it removed")
+    elif done.empty:
         print(f"warning: {done.empty} points fall on the reference's nodata or outside it and stay unlabelled: "
               "label them by hand or delete their rows before 'eoscale assess'", file=sys.stderr)
     return 0

@@ -78,3 +78,16 @@ def test_existing_labels_are_kept_unless_overwrite_and_nodata_stays_empty(tmp_pa
     assert (tmp_path / "s.csv").read_bytes() == before
     assert main(["label", str(tmp_path / "s.csv"), "--reference", str(folder / "truth.tif"), "--overwrite"]) == 0
     assert pd.read_csv(tmp_path / "s.csv")["reference"].notna().all()
+
+
+def test_drop_unlabelled_removes_the_points_off_the_reference(tmp_path, sampled):
+    folder, codes, truth = sampled
+    for name in ("s.csv", "s.gpkg", "s_design.json"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes())
+    holes = truth.copy()
+    holes[:, :130] = NODATA
+    write_map(tmp_path / "holes.tif", holes)
+    west = int((pd.read_csv(tmp_path / "s.csv")["col"] < 130).sum())
+    assert main(["label", str(tmp_path / "s.gpkg"), "--reference", str(tmp_path / "holes.tif"), "--drop-unlabelled"]) == 0
+    csv, gpkg = pd.read_csv(tmp_path / "s.csv"), gpd.read_file(tmp_path / "s.gpkg")
+    assert len(csv) == len(gpkg) == 80 - west and (csv["col"] >= 130).all() and csv["reference"].notna().all()
