@@ -67,15 +67,23 @@ def load_scene(image: Path, labels: Path, *, context: int) -> Scene:
     return Scene(image, labels, np.moveaxis(bands, 0, -1), valid, profile)
 
 
-def cli(*argv: str) -> None:
-    """Run an eoscale command in this process, its report kept off the bench's output."""
-    from eoscale.cli import main
+COMMANDS = {"sample": "eoscale.maps.sample_command", "label": "eoscale.maps.label_command",
+            "assess": "eoscale.maps.assess_command"}
 
+
+def cli(command: str, *argv: str) -> None:
+    """Run an eoscale command's module in this process (as `eoscale COMMAND …` would), its report kept off the
+    bench's output."""
+    import importlib
+
+    module = importlib.import_module(COMMANDS[command])
+    parser = argparse.ArgumentParser(prog=f"eoscale {command}")
+    module.configure(parser)
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main(list(argv))
-    if code != 0:
-        raise RuntimeError(f"eoscale {' '.join(argv)} failed ({code}):\n{out.getvalue()[-2000:]}")
+        code = module.run(parser.parse_args(list(argv)))
+    if code:
+        raise RuntimeError(f"eoscale {command} {' '.join(argv)} failed ({code}):\n{out.getvalue()[-2000:]}")
 
 
 def write_map(scene: Scene, codes: np.ndarray, path: Path, table) -> None:
