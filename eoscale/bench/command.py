@@ -9,6 +9,7 @@ import argparse
 import importlib
 
 BENCHMARKS = {
+    "active": ("eoscale.bench.active", "active learning: held-out accuracy per label added, uncertainty sampling (eoscale sample --by mixed) against random sampling"),
     "adapters": ("eoscale.bench.adapters", "MAE backbone: scratch vs full fine-tuning vs LoRA vs linear probe (all and 10% labels); LoRA's parameters, step time, memory"),
     "calibration": ("eoscale.bench.calibration", "temperature scaling: test-split ECE before/after (fitted on val); entropy on wrong vs right pixels and its AUROC for errors, also from predict's uncertainty COG on an unseen scene"),
     "gpu": ("eoscale.bench.gpu", "one accelerator: bf16 ViT-B/16 training samples/s and MFU, the loader's data-wait share at that speed, an FSDP2 step (scripts/gpu-check.sh)"),

@@ -7,7 +7,9 @@ Two kinds of reference:
   file records, else its `lon, lat` are WGS84. Each point's map class is read from the map at the point, so
   the strata are the map's, whatever the file claims (a `stratum` column that disagrees means the sample was
   drawn from another map, and is refused). The strata areas come from the design file when it describes this
-  very map (same sha256), else from counting the map.
+  very map (same sha256), else from counting the map. Only a probability sample estimates: of a sample with a
+  `set` column (`eoscale sample --by mixed`) only the `assessment` points count, and a sample chosen by uncertainty
+  alone (`--by uncertainty`) is refused.
 - a reference **raster** (a census: every pixel labelled; any CRS and resolution), warped onto the map's grid by
   nearest neighbour (`rasterio.vrt.WarpedVRT`) and compared strip by strip with the map.
 
@@ -36,7 +38,7 @@ from eoscale.maps.classmap import (
     class_index,
     count_classes,
 )
-from eoscale.maps.samplefile import REFERENCE, design_of, read_design
+from eoscale.maps.samplefile import ASSESSMENT, REFERENCE, SET, design_of, read_design
 
 VECTOR_SUFFIXES = (".csv", ".gpkg", ".geojson", ".json", ".fgb", ".shp")
 SHOWN = 8  # values named in a message at most
@@ -87,7 +89,10 @@ def sample_reference(cmap: ClassMap, path: Path, *, design: Path | None = None) 
     design_path = design or (beside if beside.is_file() else None)
     record = read_design(design_path) if design_path else None
     design_areas = _design_areas(cmap, record, design_path) if record else None  # a design of another map: refused first
+    if record is not None and record.get("design") == "uncertainty":
+        _refuse_labelling(path)
     table, xy_crs = _read_points(path, record)
+    table = _probability_points(path, table)
     if REFERENCE not in table.columns:
         raise InputError(f"sample {str(path)!r} has no {REFERENCE!r} column: add one with the reference class code "
                          "of each point (as 'eoscale sample' writes it)")
@@ -116,6 +121,22 @@ def sample_reference(cmap: ClassMap, path: Path, *, design: Path | None = None) 
     areas = design_areas if design_areas is not None else count_classes(cmap)
     strata_check(cmap, counts, areas, "labelled point")
     return Reference("sample", path, counts, areas, design=design_path)
+
+
+def _refuse_labelling(path: Path) -> None:
+    raise InputError(f"sample {str(path)!r} holds points chosen by uncertainty (for labelling), not a probability "
+                     "sample: accuracy and areas from them would be biased; assess with a stratified sample "
+                     "('eoscale sample --by stratified', or the assessment set of '--by mixed')")
+
+
+def _probability_points(path: Path, table):
+    """The rows of the probability sample: all of a stratified sample, the `assessment` set of a mixed one."""
+    if SET not in table.columns:
+        return table
+    keep = [str(v).strip() == ASSESSMENT for v in table[SET]]
+    if not any(keep):
+        _refuse_labelling(path)
+    return table[keep].reset_index(drop=True)
 
 
 def _read_points(path: Path, record: dict | None):
