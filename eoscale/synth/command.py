@@ -6,6 +6,7 @@
     eoscale synth runs/safe --layout safe --baseline 03.01       # Sentinel-2 L2A SAFE products
     eoscale synth runs/cog --layout cog                          # Sentinel-2 L2A COGs, a STAC Item each
     eoscale synth runs/landsat --layout landsat                  # Landsat 9 C2 L2 folders (30 m), MTL, QA_PIXEL, Item
+    eoscale synth runs/chm --heights                             # plus a canopy height COG per scene (regression)
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="mean share of each scene under cloud, written as nodata 0 (0 to 0.5); above 0, some scenes "
         "also get a nodata wedge beyond the swath edge, and clouds cast shadows (default: %(default)s)",
     )
+    parser.add_argument(
+        "--heights", action="store_true",
+        help="also write a canopy height raster per scene (heights/<scene>_height.tif: metres, float32 COG, EPSG:3035 "
+        "at 20 m, nodata -9999 over water), a target for 'eoscale ingest --targets'; it depends on the class and on "
+        "context (distance to the stand edge, forest cover around, object width), and leaves the other files as they are",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set in the output directory")
 
 
@@ -73,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
             nodata_fraction=args.nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
+            heights=getattr(args, "heights", False),
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(
@@ -81,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(f"  manifest:    {result.manifest_path}")
     console.print(f"  class table: {result.class_table_path}")
+    if result.height_paths:
+        console.print(f"  heights:     {result.height_paths[0].parent} (canopy height, m)")
     return 0
 
 

@@ -10,6 +10,8 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
     scenes/LC09_L2SP_…_02_T1/                 --layout landsat: a Landsat 9 C2 L2 folder with MTL, QA_PIXEL and a
                                               STAC Item (`eoscale.synth.landsat`), 30 m
     labels/<scene_id>_landcover.tif           WorldCover codes, EPSG:3035 at 20 m
+    heights/<scene_id>_height.tif             with heights=True: canopy height in m, float32 COG, EPSG:3035 at
+                                              20 m, nodata -9999 (`eoscale.synth.heights`)
     manifest.json
 
 A set is written into a hidden sibling directory and renamed into place at the end, so an interrupted run
@@ -34,6 +36,7 @@ from eoscale.classes import WORLDCOVER, ClassTable
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.sensors import LANDSAT_OLI, SENSORS
 from eoscale.synth.cog import write_cog
+from eoscale.synth.heights import HEIGHT_NODATA, HEIGHT_STREAM, scene_heights, write_heights
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.landsat import write_landsat
 from eoscale.synth.render import render_scene
@@ -71,6 +74,7 @@ class SynthResult:
     class_table_path: Path
     manifest_path: Path
     item_paths: list[Path] = field(default_factory=list)  # cog, landsat: each scene's STAC Item
+    height_paths: list[Path] = field(default_factory=list)  # heights=True: each scene's canopy height COG
 
     @classmethod
     def from_manifest(cls, out_dir: str | Path) -> SynthResult:
@@ -95,6 +99,7 @@ class SynthResult:
             class_table_path=out_dir / manifest["class_table"],
             manifest_path=out_dir / MANIFEST,
             item_paths=[out_dir / s["item"] for s in scenes if "item" in s],
+            height_paths=[out_dir / s["heights"] for s in scenes if "heights" in s],
         )
 
 
@@ -114,13 +119,15 @@ def synthesize(
     baseline: str = DEFAULT_BASELINE,
     overwrite: bool = False,
     on_scene: Callable[[int, str], None] | None = None,
+    heights: bool = False,
 ) -> SynthResult:
     """Write a set of synthetic Sentinel-2 L2A scenes with land-cover labels into `out_dir`.
 
     `size` is pixels of 10 m, square or (height, width); `nodata_fraction` is the mean share of a scene under
     cloud (0 for none; above 0, some scenes also lose a wedge beyond the swath edge); `on_scene(i, id)` is
     called after each scene is written; `baseline` is the processing baseline a SAFE product (`layout="safe"`) is
-    written under (the same scene holds the same reflectance under any).
+    written under (the same scene holds the same reflectance under any); `heights` adds a canopy height raster
+    per scene (`eoscale.synth.heights`), leaving every other file as it is without.
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
     check_baseline(baseline)
@@ -135,12 +142,15 @@ def synthesize(
         table.save(staging / CLASS_TABLE_FILE)
         records = []
         for index in range(scenes):
-            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline))
+            records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, heights))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
         if layout in ("safe", "cog"):
             manifest["processing_baseline"] = baseline
+        if heights:
+            manifest["heights"] = {"name": "canopy_height", "units": "m", "crs": LABEL_CRS.to_string(),
+                                   "resolution_m": LABEL_RESOLUTION_M, "nodata": HEIGHT_NODATA}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _move_into_place(staging, target)
     except BaseException:
@@ -155,7 +165,7 @@ def scene_id(index: int) -> str:
 
 def _write_scene(
     root: Path, index: int, shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float, table: ClassTable,
-    baseline: str = DEFAULT_BASELINE,
+    baseline: str = DEFAULT_BASELINE, heights: bool = False,
 ) -> dict:
     sid = scene_id(index)
     rng = np.random.default_rng([seed, index])  # one stream per scene: scene i never depends on the others
@@ -195,9 +205,20 @@ def _write_scene(
     (root / "labels").mkdir(exist_ok=True)
     record["labels"] = f"labels/{sid}_landcover.tif"
     write_labels(root / record["labels"], landcover.classes, transform, table, {"scene_id": sid, "source": "eoscale synth"})
+    if heights:
+        _write_heights(root, record, index, seed, landcover, bands, transform)
     west, north = transform.c, transform.f
     record["bounds"] = [west, north - shape[0] * SCENE_RESOLUTION_M, west + shape[1] * SCENE_RESOLUTION_M, north]
     return record
+
+
+def _write_heights(root: Path, record: dict, index: int, seed: int, landcover, bands: list[np.ndarray], transform) -> None:
+    """The scene's canopy heights, from their own random stream (the scene's is left as it was)."""
+    by_name = {band.name: image for band, image in zip(SENTINEL2_L2A, bands, strict=True)}
+    values = scene_heights(landcover, by_name["B04"], by_name["B08"], np.random.default_rng([seed, index, HEIGHT_STREAM]))
+    (root / "heights").mkdir(exist_ok=True)
+    record["heights"] = f"heights/{record['id']}_height.tif"
+    write_heights(root / record["heights"], values, transform, {"scene_id": record["id"], "source": "eoscale synth"})
 
 
 def _manifest(records: list[dict], shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float) -> dict:
