@@ -91,12 +91,18 @@ def height_grid(transform: Affine, shape: tuple[int, int]) -> tuple[Affine, tupl
 
 
 def write_heights(path: Path, heights: np.ndarray, transform: Affine, tags: dict[str, str]) -> None:
-    """`heights` (10 m, scene CRS, NaN for none) as a float32 COG at 20 m in EPSG:3035, averaged, nodata -9999."""
+    """`heights` (10 m, scene CRS, NaN for none) as a float32 COG at 20 m in EPSG:3035, averaged, nodata
+    -9999 (also where more than half a 20 m cell is water)."""
     dst_transform, dst_shape = height_grid(transform, heights.shape)
     out = np.full(dst_shape, HEIGHT_NODATA, np.float32)
     reproject(source=np.nan_to_num(heights, nan=HEIGHT_NODATA), destination=out, src_transform=transform,
               src_crs=SCENE_CRS, src_nodata=HEIGHT_NODATA, dst_transform=dst_transform, dst_crs=LABEL_CRS,
               dst_nodata=HEIGHT_NODATA, resampling=Resampling.average)
+    # the average skips nodata, so a cell mostly over water would get its shore's height: nodata where > half is water
+    water = np.zeros(dst_shape, np.float32)
+    reproject(source=np.isnan(heights).astype(np.float32), destination=water, src_transform=transform,
+              src_crs=SCENE_CRS, dst_transform=dst_transform, dst_crs=LABEL_CRS, resampling=Resampling.average)
+    out[water > 0.5] = HEIGHT_NODATA
     with rasterio.open(path, "w", **HEIGHT_PROFILE, width=dst_shape[1], height=dst_shape[0], count=1,
                        dtype="float32", crs=LABEL_CRS, transform=dst_transform, nodata=HEIGHT_NODATA) as dst:
         dst.write(out, 1)
