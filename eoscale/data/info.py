@@ -40,9 +40,20 @@ def describe(path: str) -> dict:
         "scenes": [{"id": s["id"], "epsg": s["epsg"], "size": [s["width"], s["height"]]} for s in attrs[schema.ATTR_SCENES]],
         "unmapped_label_codes": attrs.get(schema.ATTR_UNMAPPED, {}),
         "masked_pixels": attrs.get(schema.ATTR_MASKED, []),  # stores before eoscale recorded it have none
+        "targets": _targets(attrs),
         "bytes_on_disk": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
         "shard_files": sum(1 for f in images.rglob("*") if f.is_file() and f.name != "zarr.json"),
     }
+
+
+def _targets(attrs: dict) -> dict | None:
+    """The per-pixel values a store holds beside its labels (`ingest --targets`): kind, name, units, nodata (NaN
+    in the store) and their statistics; None for a store of class labels only."""
+    if attrs.get(schema.ATTR_TARGET_KIND) is None:
+        return None
+    return {"kind": attrs[schema.ATTR_TARGET_KIND], "name": attrs.get(schema.ATTR_TARGET_NAME),
+            "units": attrs.get(schema.ATTR_TARGET_UNITS), "nodata": "NaN",
+            "statistics": attrs.get(schema.ATTR_TARGET_STATISTICS, {})}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +122,13 @@ def run(args: argparse.Namespace) -> int:
             masked.add_row(m["scene"], m["validity"], str(m["pixels"]),
                            *(f"{m[k]} ({100 * m[k] / total:.1f}%)" for k in ("by_mask", "by_nodata")))
         console.print(masked)
+    if info["targets"]:
+        t = info["targets"]
+        units = f" {t['units']}" if t["units"] else ""
+        stats = ", ".join((f"{k} {v:,}" if k == "valid_pixels" else f"{k} {v:.3g}{units}") for k, v in t["statistics"].items()
+                          if isinstance(v, int | float))
+        console.print(f"targets: {t['kind']} '{t['name'] or 'value'}'{f' ({units.strip()})' if units else ''}, "
+                      f"nodata {t['nodata']}; {stats}")
     if info["unmapped_label_codes"]:
         console.print(f"label codes not in the class table (ignored): {info['unmapped_label_codes']}")
     return 0
