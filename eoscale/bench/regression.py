@@ -45,16 +45,15 @@ def scores(pred: np.ndarray, truth: np.ndarray) -> dict:
 
 def make_store(work: Path, *, scenes: int, size: int, tile: int, seed: int) -> Path:
     """A synthetic set with heights, ingested with --targets into `work/tiles.zarr`."""
-    from eoscale.cli import main as eoscale
+    from eoscale.ingest import ingest
     from eoscale.synth.dataset import synthesize
 
     result = synthesize(work / "synthetic", scenes=scenes, size=size, seed=seed, heights=True)
     store = work / "tiles.zarr"
-    code = eoscale(["ingest", "--scenes", *map(str, result.scene_paths), "--targets", *map(str, result.height_paths),
-                    "--target-name", "canopy_height", "--target-units", "m", "--output", str(store),
-                    "--tile-size", str(tile), "--workers", "1", "--split", "0.7,0.15,0.15", "--split-block", "2", "-q"])
-    if code != 0:
-        raise RuntimeError(f"eoscale ingest of the synthetic heights failed with exit code {code}")
+    # as `eoscale ingest --scenes … --targets … --tile-size T --split 0.7,0.15,0.15 --split-block 2` does
+    ingest([str(p) for p in result.scene_paths], store, targets=[str(p) for p in result.height_paths],
+           target_name="canopy_height", target_units="m", tile_size=tile, workers=1, split=(0.7, 0.15, 0.15),
+           split_block=2, progress=False)
     return store
 
 
