@@ -16,6 +16,7 @@ BENCHMARKS = {
     "ingest": ("eoscale.bench.ingest", "ingest throughput against reading + compressing the same windows without Zarr/Dask"),
     "loader": ("eoscale.bench.loader", "training loader throughput against decode-only, random zarr reads and rasterio windows"),
     "learning": ("eoscale.bench.learning", "ResNet-18 val mIoU after a CPU budget against a per-pixel random forest"),
+    "regression": ("eoscale.bench.regression", "canopy heights (synth --heights): a regression network against a per-pixel random forest at equal CPU time, val RMSE/MAE/bias/R²"),
     "predict": ("eoscale.bench.predict", "predict throughput against the model's own forward on in-memory windows; cost of each overlap"),
     "launchers": ("eoscale.bench.launchers", "the same config on 2 workers under torchrun and Ray Train: steady-state samples/s ratio, start-up overhead"),
     "serve": ("eoscale.bench.serve", "Triton server (eoscale serve) throughput against the in-process forward at batch 16; 1-window latency; 1/4/16 clients"),

@@ -40,6 +40,7 @@ def describe(path: str) -> dict:
         "scenes": [{"id": s["id"], "epsg": s["epsg"], "size": [s["width"], s["height"]]} for s in attrs[schema.ATTR_SCENES]],
         "unmapped_label_codes": attrs.get(schema.ATTR_UNMAPPED, {}),
         "masked_pixels": attrs.get(schema.ATTR_MASKED, []),  # stores before eoscale recorded it have none
+        "targets": _targets(attrs),
         "bytes_on_disk": sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()),
         "shard_files": sum(1 for f in images.rglob("*") if f.is_file() and f.name != "zarr.json"),
         "dates": _time_steps(ds),
@@ -60,6 +61,15 @@ def _time_steps(ds) -> list[dict]:
                     "masked_tiles": int((valid[:, k] == 0).sum()),
                     **({"mean_observations": float(observations[:, k].mean())} if observations is not None else {})})
     return out
+
+def _targets(attrs: dict) -> dict | None:
+    """The per-pixel values a store holds beside its labels (`ingest --targets`): kind, name, units, nodata (NaN
+    in the store) and their statistics; None for a store of class labels only."""
+    if attrs.get(schema.ATTR_TARGET_KIND) is None:
+        return None
+    return {"kind": attrs[schema.ATTR_TARGET_KIND], "name": attrs.get(schema.ATTR_TARGET_NAME),
+            "units": attrs.get(schema.ATTR_TARGET_UNITS), "nodata": "NaN",
+            "statistics": attrs.get(schema.ATTR_TARGET_STATISTICS, {})}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +146,13 @@ def run(args: argparse.Namespace) -> int:
             shown = ", ".join(step["dates"][:4]) + (f", … ({len(step['dates'])})" if len(step["dates"]) > 4 else "")
             steps.add_row(str(step["step"]), shown or "-", f"{step['mean_valid']:.2f}", str(step["masked_tiles"]))
         console.print(steps)
+    if info["targets"]:
+        t = info["targets"]
+        units = f" {t['units']}" if t["units"] else ""
+        stats = ", ".join((f"{k} {v:,}" if k == "valid_pixels" else f"{k} {v:.3g}{units}") for k, v in t["statistics"].items()
+                          if isinstance(v, int | float))
+        console.print(f"targets: {t['kind']} '{t['name'] or 'value'}'{f' ({units.strip()})' if units else ''}, "
+                      f"nodata {t['nodata']}; {stats}")
     if info["unmapped_label_codes"]:
         console.print(f"label codes not in the class table (ignored): {info['unmapped_label_codes']}")
     return 0

@@ -25,6 +25,7 @@ from eoscale.errors import InputError, InputNotFoundError
 DEFAULT_MODEL = "landcover"
 IN_FLIGHT = 4  # requests on their way at once: enough to keep a server's batcher fed from one client
 OUTPUT = "probabilities_fp32"  # float16's step (2.4e-4 near 1) would move the map's probabilities by more than 1e-4
+OUTPUTS = {"classes": OUTPUT, "values": "values"}  # what the window loop asks for, per target kind of the model
 TIMEOUT_S = 600.0
 
 
@@ -46,25 +47,26 @@ def _split_url(url: str) -> tuple[str, str]:
 class _Answer:
     """The float32 probabilities of one request, when they come (HTTP: a tritonclient async request)."""
 
-    def __init__(self, request: Any, url: str) -> None:
-        self._request, self._url = request, url
+    def __init__(self, request: Any, url: str, output: str = OUTPUT) -> None:
+        self._request, self._url, self._output = request, url, output
 
     def result(self) -> np.ndarray:
         from tritonclient.utils import InferenceServerException
 
         try:
-            return self._request.get_result(timeout=TIMEOUT_S).as_numpy(OUTPUT)
+            return self._request.get_result(timeout=TIMEOUT_S).as_numpy(self._output)
         except InferenceServerException as err:
             raise InputError(f"the server at {self._url} refused a request: {err.message()}") from None
 
 
 class RemoteNetwork:
-    """A served model as the window loop's network: raw windows in, class probabilities out (`raw_windows`)."""
+    """A served model as the window loop's network: raw windows in, class probabilities (or a regression model's
+    values: `output` "values") out (`raw_windows`)."""
 
     raw_windows = True
 
-    def __init__(self, url: str, model: str, *, in_flight: int = IN_FLIGHT) -> None:
-        self.url, self.model, self.in_flight = url, model, max(1, in_flight)
+    def __init__(self, url: str, model: str, *, in_flight: int = IN_FLIGHT, output: str = OUTPUT) -> None:
+        self.url, self.model, self.in_flight, self.output = url, model, max(1, in_flight), output
         self.protocol, address = _split_url(url)
         if self.protocol == "grpc":
             import tritonclient.grpc as client
@@ -106,11 +108,11 @@ class RemoteNetwork:
 
     def submit(self, windows: np.ndarray, valid: np.ndarray) -> Any:
         """Send raw windows `(n, bands, T, T)` (float32 holding uint16 values) and validity `(n, T, T)`; an object
-        whose `result()` is the float32 probabilities `(n, classes, T, T)`."""
+        whose `result()` is the float32 probabilities `(n, classes, T, T)` (values: `(n, 1, T, T)`)."""
         lib = self._lib
         pixels = lib.InferInput("windows", list(windows.shape), "UINT16")
         mask = lib.InferInput("valid", list(valid.shape), "UINT8")
-        outputs = [lib.InferRequestedOutput(OUTPUT)]
+        outputs = [lib.InferRequestedOutput(self.output)]
         if self.protocol == "grpc":
             pixels.set_data_from_numpy(windows.astype(np.uint16))
             mask.set_data_from_numpy(valid.astype(np.uint8))
@@ -120,14 +122,14 @@ class RemoteNetwork:
                 if error is not None:
                     future.set_exception(InputError(f"the server at {self.url} refused a request: {error.message()}"))
                 else:
-                    future.set_result(result.as_numpy(OUTPUT))
+                    future.set_result(result.as_numpy(self.output))
 
             self._client.async_infer(self.model, [pixels, mask], done, outputs=outputs, client_timeout=TIMEOUT_S)
             return future
         pixels.set_data_from_numpy(windows.astype(np.uint16), binary_data=True)
         mask.set_data_from_numpy(valid.astype(np.uint8), binary_data=True)
-        outputs = [lib.InferRequestedOutput(OUTPUT, binary_data=True)]
-        return _Answer(self._client.async_infer(self.model, [pixels, mask], outputs=outputs), self.url)
+        outputs = [lib.InferRequestedOutput(self.output, binary_data=True)]
+        return _Answer(self._client.async_infer(self.model, [pixels, mask], outputs=outputs), self.url, self.output)
 
     def __call__(self, windows: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return self.submit(windows, valid).result()
@@ -165,7 +167,12 @@ def connect_model(url: str, model: str):
     network = RemoteNetwork(url, model)
     served = describe(network)
     contract = BandContract.from_dict(served.contract)
+    if contract.target not in OUTPUTS:
+        raise InputError(f"model {model!r} at {url} maps {contract.target!r}: eoscale predict --server maps "
+                         f"{', '.join(OUTPUTS)} models")
+    network.output = OUTPUTS[contract.target]
     checkpoint = served.about.get("checkpoint") or {}
-    return PredictionModel(network, contract, ClassTable.from_records(list(contract.classes)),
+    classes = ClassTable.from_records(list(contract.classes)) if contract.classes else None  # None: a values model
+    return PredictionModel(network, contract, classes,
                            checkpoint.get("path", ""), served.about.get("backbone", "served"),
                            served.about.get("adapter"), None, served.about.get("lineage"), server=served.about)

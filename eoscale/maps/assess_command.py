@@ -5,6 +5,11 @@
     # … fill the 'reference' column of samples/T32UNE.csv with class codes …
     eoscale assess maps/T32UNE_landcover.tif --reference samples/T32UNE.csv --output assessment/T32UNE
     eoscale assess maps/T32UNE_landcover.tif --reference labels/T32UNE_labels.tif      # a census raster
+    eoscale assess maps/T32UNE_values.tif --reference plots.csv          # a value map: points x,y,value
+    eoscale assess maps/T32UNE_values.tif --reference lidar_chm.tif      # … or a raster of values
+
+A value map (`eoscale predict` with a regression model; tag EOSCALE_TARGET=values) gets RMSE, MAE, bias and R²
+with 95 % intervals and a scatter plot (`eoscale.maps.valuemap`, `agreement`, `value_report`).
 
 Writes assessment.csv/.json/.md and confusion.png (`eoscale.maps.report`) and logs them to MLflow, on the
 map's predict run where its STAC Item names it (`eoscale.maps.tracking`).
@@ -15,6 +20,8 @@ from __future__ import annotations
 import argparse
 import warnings
 from pathlib import Path
+
+from eoscale.errors import InputError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                                                         "beside the map)")
     parser.add_argument("--classes", metavar="CSV", help="class table (code,name,color) for a map without "
                                                          "the EOSCALE_CLASSES tag")
+    parser.add_argument("--reference-crs", metavar="CRS", help="a value map's reference CSV: the CRS of its x, y "
+                                                                 "columns (default: the map's)")
     parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else the map's "
                                                "predict run's, else sqlite:///DIR/mlflow.db)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
@@ -40,18 +49,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eoscale.maps.classmap import open_map
     from eoscale.maps.estimate import stratified
-    from eoscale.maps.reference import read_reference
+    from eoscale.maps.reference import check_class_reference, read_reference
     from eoscale.maps.report import build_report, check_folder, write_report
+    from eoscale.maps.valuemap import map_kind
 
-    cmap = open_map(args.map, classes=args.classes)
-    output = Path(args.output) if args.output else cmap.path.with_name(cmap.path.stem + "_assessment")
-    check_folder(output, overwrite=args.overwrite)  # before the work
-    reference = read_reference(cmap, args.reference, design=args.design)
-    estimates = stratified(reference.counts, reference.areas.weights, float(reference.areas.hectares.sum()),
-                           census=reference.census)
-    report = build_report(map_path=cmap.path, reference=reference, table=cmap.table, estimates=estimates)
-    files = write_report(report, output, overwrite=args.overwrite)
-    print_summary(report, output)
+    if map_kind(args.map) == "values":
+        report, files, output = assess_values(args)
+    else:
+        if args.reference_crs:
+            raise InputError("--reference-crs is for a value map's reference points; a class map's sample names its "
+                             "CRS in its design file (or uses lon, lat)")
+        cmap = open_map(args.map, classes=args.classes)
+        output = Path(args.output) if args.output else cmap.path.with_name(cmap.path.stem + "_assessment")
+        check_folder(output, overwrite=args.overwrite)  # before the work
+        check_class_reference(args.reference)
+        reference = read_reference(cmap, args.reference, design=args.design)
+        estimates = stratified(reference.counts, reference.areas.weights, float(reference.areas.hectares.sum()),
+                               census=reference.census)
+        report = build_report(map_path=cmap.path, reference=reference, table=cmap.table, estimates=estimates)
+        files = write_report(report, output, overwrite=args.overwrite)
+        print_summary(report, output)
     if not args.no_tracking:
         from eoscale.maps.tracking import log_assessment
 
@@ -62,6 +79,29 @@ def run(args: argparse.Namespace) -> int:
         if logged:
             print(f"MLflow run {logged[0]} ({logged[1]})")
     return 0
+
+
+def assess_values(args: argparse.Namespace) -> tuple[dict, list[Path], Path]:
+    """A value map against reference points or a raster of values: the statistics, the scatter plot, the files."""
+    from eoscale.maps.agreement import census_agreement, sample_agreement
+    from eoscale.maps.report import check_folder
+    from eoscale.maps.value_report import build_value_report, print_value_summary, write_value_report
+    from eoscale.maps.valuemap import open_value_map, read_value_reference
+
+    if args.classes or args.design:
+        option = "--classes" if args.classes else "--design"
+        raise InputError(f"map {args.map!r} holds values, not classes: {option} is for class maps; assess it "
+                         "against measured values (points x,y,value or a raster of values)")
+    vmap = open_value_map(args.map)
+    output = Path(args.output) if args.output else vmap.path.with_name(vmap.path.stem + "_assessment")
+    check_folder(output, overwrite=args.overwrite)  # before the work
+    pairs = read_value_reference(vmap, args.reference, crs=args.reference_crs)
+    statistics = census_agreement(pairs.sums) if pairs.sums else sample_agreement(pairs.predicted, pairs.reference)
+    report = build_value_report(map_path=vmap.path, pairs=pairs, name=vmap.name, units=vmap.units,
+                                statistics=statistics)
+    files = write_value_report(report, pairs, output, overwrite=args.overwrite)
+    print_value_summary(report, output)
+    return report, files, output
 
 
 def print_summary(report: dict, output: Path) -> None:

@@ -28,6 +28,7 @@ from rasterio.windows import Window
 
 from eoscale.catalog.digest import file_sha256
 from eoscale.classes import IGNORE_INDEX
+from eoscale.contract import TARGET_TAG
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.maps.classmap import (
     M2_PER_HECTARE,
@@ -245,6 +246,29 @@ def _design_areas(cmap: ClassMap, record: dict, path: Path) -> ClassAreas:
         raise InputError(f"design {str(path)!r} has classes {codes}, the map {cmap.table.codes}: use the same class table")
     return ClassAreas(np.array([s["pixels"] for s in record["strata"]], dtype=np.int64),
                       np.array([s["area_ha"] for s in record["strata"]], dtype=np.float64))
+
+
+def check_class_reference(path: str | Path) -> None:
+    """Refuse, in one line, a reference raster of continuous values against a class map: a value map's COG
+    (`EOSCALE_TARGET=values`) or a float raster holding fractional values (read at a coarse overview)."""
+    path = Path(path)
+    if path.suffix.lower() in VECTOR_SUFFIXES or not path.is_file():
+        return  # a sample's values are checked as class codes where they are read
+    try:
+        with rasterio.open(path) as src:
+            kind = src.tags().get(TARGET_TAG)
+            fractional = False
+            if kind is None and src.count == 1 and np.issubdtype(np.dtype(src.dtypes[0]), np.floating):
+                shape = (max(1, min(src.height, 512)), max(1, min(src.width, 512)))
+                values = src.read(1, out_shape=shape, resampling=Resampling.nearest, masked=True).compressed()
+                values = values[np.isfinite(values)]
+                fractional = bool(values.size) and bool(np.any(values != np.round(values)))
+    except rasterio.errors.RasterioIOError:
+        return  # not a raster: read_reference says so
+    if kind == "values" or fractional:
+        raise InputError(f"reference raster {str(path)!r} holds continuous values, not class codes: assess a value "
+                         "map (a regression model's 'eoscale predict') against it, or give this class map a raster "
+                         "of class codes")
 
 
 # -- a reference raster (census) -------------------------------------------------------------------------------

@@ -55,6 +55,8 @@ def metric_key(prefix: str, name: str) -> str:
 
 def metrics_of(report: dict) -> dict[str, float]:
     metrics: dict[str, float] = {}
+    if report.get("target") == "values":  # a value map's assessment (`eoscale.maps.value_report`)
+        return {k: s["estimate"] for k, s in report["statistics"].items() if s["estimate"] is not None}
     if report["overall_accuracy"]["estimate"] is not None:
         metrics["overall_accuracy"] = report["overall_accuracy"]["estimate"]
     for c in report["classes"]:

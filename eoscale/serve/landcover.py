@@ -15,6 +15,12 @@ Outputs (a client asks for the ones it wants; Triton sends all when it names non
 - `class` uint16 `[B, T, T]`: the most probable class's code (the class table's, e.g. WorldCover's 10..100);
 - `confidence` float16 `[B, T, T]`: that class's probability.
 
+A model of per-pixel values (a regression checkpoint, target kind "values") has one output instead:
+
+- `values` float32 `[B, 1, T, T]`: the values in the target's units (`BandContract.activate`: the normalisation
+  undone), nodata pixels included (the client masks them as `eoscale predict` does); asking it for class
+  outputs is refused by Triton, naming the outputs it has.
+
 The model's config carries the band contract (`eoscale_contract`: bands in order, mean/std, tile size, class
 table), where the model comes from (`eoscale_model`: checkpoint, adapter, backbone, lineage) and the server's
 models (`eoscale_served`) as parameters,
@@ -39,7 +45,8 @@ CONTRACT_PARAMETER = "eoscale_contract"
 MODEL_PARAMETER = "eoscale_model"
 SERVED_PARAMETER = "eoscale_served"
 OUTPUTS = ("probabilities", "probabilities_fp32", "class", "confidence")
-SERVED_TARGETS = ("classes",)  # the target kinds (`eoscale.contract.TARGET_KINDS`) whose tensors are the above
+VALUE_OUTPUTS = ("values",)
+SERVED_TARGETS = ("classes", "values")  # the target kinds (`eoscale.contract.TARGET_KINDS`) served: their outputs above
 
 
 @dataclass
@@ -56,6 +63,8 @@ class ServedModel:
             raise InputError(f"model {self.name!r} maps {self.contract.target!r}: eoscale serve answers "
                              f"{', '.join(SERVED_TARGETS)} models only")
         self.mean, self.scale = self.contract.normalisation()
+        self.values = self.contract.target == "values"
+        self.output_names = VALUE_OUTPUTS if self.values else OUTPUTS
         self.codes = np.array([int(c["code"]) for c in self.contract.classes], dtype=np.uint16)
         self.device = next(self.network.parameters()).device
 
@@ -66,6 +75,8 @@ class ServedModel:
         bands, tile, classes = len(self.contract.bands), self.contract.tile_size, len(self.contract.classes)
         inputs = [Tensor(name="windows", dtype=np.uint16, shape=(bands, tile, tile)),
                   Tensor(name="valid", dtype=np.uint8, shape=(tile, tile), optional=True)]
+        if self.values:
+            return inputs, [Tensor(name="values", dtype=np.float32, shape=(1, tile, tile))]
         outputs = [Tensor(name="probabilities", dtype=np.float16, shape=(classes, tile, tile)),
                    Tensor(name="probabilities_fp32", dtype=np.float32, shape=(classes, tile, tile)),
                    Tensor(name="class", dtype=np.uint16, shape=(tile, tile)),
@@ -119,11 +130,13 @@ class ServedModel:
         for request, w in zip(requests, windows, strict=True):
             p = probs[start : start + len(w)]
             start += len(w)
-            answers.append(self.outputs(p, request.requested_output_names or OUTPUTS))
+            answers.append(self.outputs(p, request.requested_output_names or self.output_names))
         return answers
 
     def outputs(self, probs: torch.Tensor, names: list[str] | tuple[str, ...]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
+        if self.values:
+            return {"values": probs.float().numpy()} if "values" in names else {}
         if "probabilities" in names:
             out["probabilities"] = probs.half().numpy()
         if "probabilities_fp32" in names:

@@ -9,6 +9,7 @@
     eoscale synth runs/fusion --sensors s2,s1,dem                # + Sentinel-1 backscatter and a DEM, COG + STAC each
     eoscale synth runs/pairs --change                            # + each place a year later, with change labels
     eoscale synth runs/season --dates 8 --scenes 2 --layout safe  # a season: 2 places, 8 dated SAFE products each
+    eoscale synth runs/chm --heights                             # plus a canopy height COG per scene (regression)
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "water gain and loss): scenes/<id>_after.tif, its land cover and the change labels labels/<id>_change.tif "
         "(codes of change_classes.csv); both dates carry their acquisition date; multiband only",
     )
+    parser.add_argument(
+        "--heights", action="store_true",
+        help="also write a canopy height raster per scene (heights/<scene>_height.tif: metres, float32 COG, EPSG:3035 "
+        "at 20 m, nodata -9999 over water), a target for 'eoscale ingest --targets'; it depends on the class and on "
+        "context (distance to the stand edge, forest cover around, object width), and leaves the other files as they are",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing set in the output directory")
 
 
@@ -101,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         result = synthesize(
             output, scenes=args.scenes, size=args.size, seed=args.seed, layout=args.layout,
             nodata_fraction=nodata_fraction, baseline=args.baseline, overwrite=args.overwrite, on_scene=progress,
-            sensors=args.sensors, change=args.change, **({"dates": args.dates} if args.dates is not None else {}),
+            sensors=args.sensors, change=args.change, heights=getattr(args, "heights", False),
+            **({"dates": args.dates} if args.dates is not None else {}),
         )
     height, width = (args.size, args.size) if isinstance(args.size, int) else args.size
     console.print(
@@ -113,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"  class table: {result.class_table_path}")
     if args.change:
         console.print(f"  change:      {result.out_dir / 'change_classes.csv'} (second dates: scenes/*_after.tif)")
+    if result.height_paths:
+        console.print(f"  heights:     {result.height_paths[0].parent} (canopy height, m)")
     return 0
 
 

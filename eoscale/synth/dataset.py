@@ -14,6 +14,8 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
                                               of the same ground (`eoscale.synth.sar`)
     dem/<scene_id>/Copernicus_DSM_COG_…_DEM.* --sensors s2,dem: a Copernicus DEM tile under the scene and its STAC Item
                                               (`eoscale.synth.dem`)
+    heights/<scene_id>_height.tif             with heights=True: canopy height in m, float32 COG, EPSG:3035 at
+                                              20 m, nodata -9999 (`eoscale.synth.heights`)
     manifest.json
     --change (multiband): scenes/<scene_id>_after.tif, labels/<scene_id>_after_landcover.tif and
     labels/<scene_id>_change.tif (codes of change_classes.csv): the same place a year later (`eoscale.synth.change`)
@@ -48,6 +50,7 @@ from eoscale.synth.change import (
     write_change_table,
 )
 from eoscale.synth.cog import write_cog
+from eoscale.synth.heights import HEIGHT_NODATA, HEIGHT_STREAM, scene_heights, write_heights
 from eoscale.synth.landcover import CLASS_CODES, generate_landcover
 from eoscale.synth.landsat import write_landsat
 from eoscale.synth.phenology import SEASON_CLASSES
@@ -90,6 +93,7 @@ class SynthResult:
     item_paths: list[Path] = field(default_factory=list)  # cog, landsat: each scene's STAC Item
     sar_items: list[Path] = field(default_factory=list)  # --sensors …s1: each scene's Sentinel-1 Item (its folder beside)
     dem_items: list[Path] = field(default_factory=list)  # --sensors …dem: each scene's DEM Item (the COG beside it)
+    height_paths: list[Path] = field(default_factory=list)  # heights=True: each scene's canopy height COG
 
     @classmethod
     def from_manifest(cls, out_dir: str | Path) -> SynthResult:
@@ -116,6 +120,7 @@ class SynthResult:
             item_paths=[out_dir / s["item"] for s in scenes if "item" in s],
             sar_items=[out_dir / s["sentinel1"]["item"] for s in scenes if "sentinel1" in s],
             dem_items=[out_dir / s["dem"]["item"] for s in scenes if "dem" in s],
+            height_paths=[out_dir / s["heights"] for s in scenes if "heights" in s],
         )
 
 
@@ -138,6 +143,7 @@ def synthesize(
     on_scene: Callable[[int, str], None] | None = None,
     sensors: tuple[str, ...] | list[str] = ("s2",),
     dates: int | None = None,
+    heights: bool = False,
 ) -> SynthResult:
     """Write a set of synthetic Sentinel-2 L2A scenes with land-cover labels into `out_dir`.
 
@@ -148,7 +154,8 @@ def synthesize(
     backscatter ("s1") and a DEM ("dem") beside the optical scenes ("s2", always written). `change` adds a second date
     of each scene with known changes and the change labels (`eoscale.synth.change`; multiband only); the first dates'
     pixels are the same as without it. With `dates`, each of the `scenes` places is seen on that many dates through a
-    year, its classes changing with the season (`eoscale.synth.season`).
+    year, its classes changing with the season (`eoscale.synth.season`). `heights` adds a canopy height raster
+    per scene (`eoscale.synth.heights`), leaving every other file as it is without.
     """
     shape = _check_arguments(scenes, size, seed, layout, nodata_fraction)
     extra = _check_sensors(sensors)
@@ -158,8 +165,9 @@ def synthesize(
         raise InputError("--change and --dates write different sets (a pair of years, a season): give one of them")
     if dates is not None:
         check_season(dates, layout)
-        if extra:
-            raise InputError("a season (--dates) is written of Sentinel-2 alone today: drop --sensors or --dates")
+        if extra or heights:
+            raise InputError("a season (--dates) is written of Sentinel-2 alone today, without heights: drop --sensors "
+                             "and --heights, or --dates")
     check_baseline(baseline)
     scenes, seed, nodata_fraction = int(scenes), int(seed), float(nodata_fraction)
     out_dir = Path(out_dir)
@@ -178,7 +186,7 @@ def synthesize(
                                    cloud_fraction=nodata_fraction, baseline=baseline, on_scene=on_scene)
         for index in range(scenes if dates is None else 0):
             records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, extra,
-                                        change))
+                                        change, heights))
             if on_scene is not None:
                 on_scene(index, records[-1]["id"])
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
@@ -190,6 +198,9 @@ def synthesize(
             manifest["sensors"] = ["s2", *extra]
         if change:
             manifest["change_class_table"] = "change_classes.csv"
+        if heights:
+            manifest["heights"] = {"name": "canopy_height", "units": "m", "crs": LABEL_CRS.to_string(),
+                                   "resolution_m": LABEL_RESOLUTION_M, "nodata": HEIGHT_NODATA}
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         _move_into_place(staging, target)
     except BaseException:
@@ -204,7 +215,7 @@ def scene_id(index: int) -> str:
 
 def _write_scene(
     root: Path, index: int, shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float, table: ClassTable,
-    baseline: str = DEFAULT_BASELINE, extra: tuple[str, ...] = (), change: bool = False,
+    baseline: str = DEFAULT_BASELINE, extra: tuple[str, ...] = (), change: bool = False, heights: bool = False,
 ) -> dict:
     sid = scene_id(index)
     rng = np.random.default_rng([seed, index])  # one stream per scene: scene i never depends on the others
@@ -262,6 +273,8 @@ def _write_scene(
         record["date"] = first.isoformat()
         record["after"] = _write_after(root, index, sid, landcover, shape, seed, nodata_fraction, table, transform,
                                        {**tags, **date_tags(second)}, second)
+    if heights:
+        _write_heights(root, record, index, seed, landcover, bands, transform)
     west, north = transform.c, transform.f
     record["bounds"] = [west, north - shape[0] * SCENE_RESOLUTION_M, west + shape[1] * SCENE_RESOLUTION_M, north]
     return record
@@ -282,6 +295,14 @@ def _write_after(root: Path, index: int, sid: str, before, shape: tuple[int, int
     write_labels(root / record["labels"], after.classes, transform, table, source)
     write_labels(root / record["change"], change, transform, CHANGE_TABLE, source, description="change class")
     return record
+
+def _write_heights(root: Path, record: dict, index: int, seed: int, landcover, bands: list[np.ndarray], transform) -> None:
+    """The scene's canopy heights, from their own random stream (the scene's is left as it was)."""
+    by_name = {band.name: image for band, image in zip(SENTINEL2_L2A, bands, strict=True)}
+    values = scene_heights(landcover, by_name["B04"], by_name["B08"], np.random.default_rng([seed, index, HEIGHT_STREAM]))
+    (root / "heights").mkdir(exist_ok=True)
+    record["heights"] = f"heights/{record['id']}_height.tif"
+    write_heights(root / record["heights"], values, transform, {"scene_id": record["id"], "source": "eoscale synth"})
 
 
 def _manifest(records: list[dict], shape: tuple[int, int], seed: int, layout: str, nodata_fraction: float) -> dict:

@@ -55,6 +55,12 @@ def test_targets_are_stored_as_float_values_beside_the_labels(heights, tmp_path)
     errors = [np.nanmean(np.abs(values[i] - truth[r : r + 32, c : c + 32])) for i, (r, c) in enumerate(zip(rows, cols, strict=True))]
     assert np.nanmean(errors) < 3.0
     assert any(r["role"] == "targets" for r in ds.attrs[schema.ATTR_INPUTS])
+    # eoscale info shows them: kind, name, units, nodata and statistics
+    from eoscale.data.info import describe
+
+    info = describe(str(out))["targets"]
+    assert (info["kind"], info["name"], info["units"], info["nodata"]) == ("values", "tree_height", "m", "NaN")
+    assert info["statistics"]["valid_pixels"] == stats["valid_pixels"]
 
 
 def test_a_store_without_targets_has_no_targets_array(heights, tmp_path):
@@ -62,6 +68,9 @@ def test_a_store_without_targets_has_no_targets_array(heights, tmp_path):
     _ingest(heights, out, labels=[str(heights / "scene0_lc.tif")])
     ds = xr.open_zarr(out)
     assert schema.TARGETS not in ds and schema.ATTR_TARGET_KIND not in ds.attrs
+    from eoscale.data.info import describe
+
+    assert describe(str(out))["targets"] is None
 
 
 def test_a_finer_target_raster_is_averaged(heights, tmp_path):

@@ -175,6 +175,12 @@ class ValueWriter(OutputWriter):
     files_note = "value maps, quick-looks and summaries in {output}/ (<scene>_values.tif, _values_quicklook.png, _values_summary.json)"
 
     def __init__(self, contract: BandContract, *, confidence: bool = False) -> None:
+        if confidence:
+            from eoscale.errors import InputError
+
+            raise InputError("--confidence writes the mapped class's probability: this model maps values "
+                             f"({(contract.target_info or {}).get('name') or 'a regression'}), with no classes, class "
+                             "areas or confidence; drop --confidence")
         super().__init__(contract, confidence=confidence)
         info = contract.target_info or {}
         self.name, self.units = str(info.get("name") or "value"), info.get("units")

@@ -22,6 +22,8 @@ DeepSpeed checkpoint folder. Every run logs to MLflow (`eoscale.track.logger`, `
 
 from __future__ import annotations
 
+import importlib
+
 import os
 import sys
 import tempfile
@@ -140,11 +142,11 @@ class EoscaleCLI(LightningCLI):
         parser.add_lightning_class_args(TemperatureScaling, "calibration")  # a class model's temperature, each val
         parser.set_defaults(
             {
-                "checkpoint.monitor": "val_miou",
-                "checkpoint.mode": "max",
+                "checkpoint.monitor": BaseTask.CHECKPOINT_MONITOR[0],
+                "checkpoint.mode": BaseTask.CHECKPOINT_MONITOR[1],
                 "checkpoint.save_last": True,
                 "checkpoint.save_top_k": 1,
-                "checkpoint.filename": "epoch{epoch:03d}-step{step:06d}-miou{val_miou:.4f}",
+                "checkpoint.filename": BaseTask.CHECKPOINT_MONITOR[2],
                 "checkpoint.auto_insert_metric_name": False,
                 "trainer.logger": {"class_path": LOGGER},
                 "trainer.precision": default_precision(),
@@ -203,6 +205,7 @@ class EoscaleCLI(LightningCLI):
         from eoscale.train.strategies.pipeline import check_pipeline_config
 
         check_pipeline_config(config)  # pipeline stages: an MAE, enough blocks, microbatches that divide the batch
+        _task_monitor(config)
         if self.subcommand == "fit":
             resumed = _resume_checkpoint(config.get("ckpt_path"), Path(root), config.get("checkpoint.dirpath"))
             run_id = resume_run_id(resumed)
@@ -216,6 +219,26 @@ class EoscaleCLI(LightningCLI):
                 # a resumed training (a requeued job, --ckpt_path) goes on logging into the run it started
                 if run_id and logger.init_args.get("run_id") is None:
                     logger.init_args.run_id = run_id
+
+
+def _task_monitor(config: Namespace) -> None:
+    """A task that logs other metrics than mIoU (a regression's val_rmse) says which checkpoint is best
+    (`BaseTask.CHECKPOINT_MONITOR`): it replaces the defaults, never what a config or the command line set."""
+    model = config.get("model")
+    path = model.get("class_path") if isinstance(model, Namespace) else None
+    if not path:
+        return
+    try:
+        module, _, name = path.rpartition(".")
+        task = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return  # LightningCLI names the bad class_path itself
+    wanted = getattr(task, "CHECKPOINT_MONITOR", BaseTask.CHECKPOINT_MONITOR)
+    if wanted == BaseTask.CHECKPOINT_MONITOR:
+        return
+    for key, default, value in zip(("monitor", "mode", "filename"), BaseTask.CHECKPOINT_MONITOR, wanted, strict=True):
+        if config.get(f"checkpoint.{key}") == default:
+            config[f"checkpoint.{key}"] = value
 
 
 def _resume_checkpoint(ckpt_path: str | None, root: Path, dirpath: str | None) -> Path | None:

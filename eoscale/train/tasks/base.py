@@ -40,6 +40,8 @@ class BaseTask(LightningModule):
 
     NO_DECAY_SUFFIXES: tuple[str, ...] = (".bias",)
     BETAS: tuple[float, float] = (0.9, 0.999)  # torch's default
+    # the best checkpoint's metric, mode and file name where the config names none (`eoscale fit` reads it)
+    CHECKPOINT_MONITOR: tuple[str, str, str] = ("val_miou", "max", "epoch{epoch:03d}-step{step:06d}-miou{val_miou:.4f}")
 
     def __init__(self) -> None:
         super().__init__()

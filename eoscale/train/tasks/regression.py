@@ -32,6 +32,8 @@ class RegressionTask(SegmentationTask):
         the others: as `SegmentationTask`'s (backbone, decoder, optimizer, fine-tuning).
     """
 
+    CHECKPOINT_MONITOR = ("val_rmse", "min", "epoch{epoch:03d}-step{step:06d}-rmse{val_rmse:.4f}")
+
     def __init__(
         self,
         backbone: str = "resnet18",
