@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, StateDictTransform, VitBackbone, create_backbone
 from eoscale.models.heads import ClassificationHead, FPNDecoder, SimpleFeaturePyramid
+from eoscale.models.trees import TREE_MODELS, TreeEnsemble
 
 Task = Literal["segmentation", "classification"]
 
@@ -79,13 +80,17 @@ def build_model(
     drop_path_rate: float = 0.0,
     dropout: float = 0.0,
     **backbone_kwargs,
-) -> SegmentationModel | TileClassifier:
+) -> SegmentationModel | TileClassifier | TreeEnsemble:
     """Build a segmentation or tile-classification model on the timm backbone `backbone`.
 
     `in_chans` is the tile store's band count; `img_size` the tile size (required by ViT and Swin);
     `weights` a local state dict for the backbone (see `Backbone.load_weights`), `weights_transform`
     the hook that remaps it first. `out_indices` and any other keyword go to `create_backbone`.
+    `random_forest` is no timm name: it builds the empty shell of a fitted forest (`eoscale.models.trees`), its
+    size (`trees`, `nodes`, `depth`) from the keywords, for a checkpoint's weights to fill.
     """
+    if backbone in TREE_MODELS:
+        return TreeEnsemble(in_chans=in_chans, num_classes=num_classes, **backbone_kwargs)
     if task not in get_args(Task):
         raise InputError(f"task={task!r} is not one of {', '.join(map(repr, get_args(Task)))}")
     for option, value in (

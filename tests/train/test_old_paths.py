@@ -38,7 +38,8 @@ OLD_PATHS = {
 # class paths of other packages the configs name (unchanged, listed so that the check below sees every path)
 OTHER_PATHS = {"eoscale.data.datamodule.TileDataModule", "eoscale.track.logger.MLflowLogger",
                "lightning.pytorch.strategies.DDPStrategy",
-               "eoscale.train.tasks.regression.RegressionTask"}  # new since the layout: no old path to keep
+               "eoscale.train.tasks.regression.RegressionTask",  # new since the layout: no old path to keep
+               "eoscale.train.tasks.forest.ForestTask"}
 # old module paths that commands, notebooks and scripts import (`python -m`, `from … import`)
 OLD_MODULES = ["task", "mae", "dino", "zero", "fsdp", "tp", "pipeline", "checkpoint", "cli", "command", "launcher",
                "ray_launcher", "ray_worker", "requeue", "last_checkpoint", "register", "steptime", "profiling",
