@@ -226,7 +226,8 @@ def read_contract(path: str | Path) -> BandContract:
 
 MODEL_KEY = "eoscale_model"  # in a checkpoint: {"args": build_model's keywords, "finetune": ..., "lora": ...}
 # the task options that are the network's constructor arguments (the rest are training knobs)
-MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout")
+MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout",
+              "spectral_mlp")
 
 
 def model_args_from_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:
