@@ -28,16 +28,19 @@ from eoscale.classes import IGNORE_INDEX
 
 
 def miou(confusion: np.ndarray) -> tuple[float, list[float]]:
-    """Mean IoU over classes that occur in the labels or the predictions."""
+    """Mean IoU over the classes that occur in the labels (the same classes for every model scored on a split: a
+    class absent from it but predicted by one model would count against that model only), and the IoU of each
+    class that occurs in the labels or the predictions."""
     tp = np.diag(confusion).astype(np.float64)
     union = confusion.sum(0) + confusion.sum(1) - tp
     iou = np.where(union > 0, tp / np.maximum(union, 1), np.nan)
-    return float(np.nanmean(iou)), [None if np.isnan(v) else float(v) for v in iou]
+    present = confusion.sum(1) > 0
+    return float(iou[present].mean()), [None if np.isnan(v) else float(v) for v in iou]
 
 
 def score_checkpoint(checkpoint: str | Path, store: str, *, split: str = "val", batch_size: int = 16) -> dict:
     """A checkpoint's confusion on every valid pixel of `split` (tiles as training reads them): mIoU over the classes
-    in the labels or the predictions, and per class the IoU, the producer's accuracy and the share of the pixels.
+    in the labels (`miou`), and per class the IoU, the producer's accuracy and the share of the pixels.
     Networks and forests alike (`eoscale.infer.model.load_model`), so both are scored by the same code."""
     import torch
 
