@@ -73,7 +73,8 @@ def load_network(checkpoint: str | Path, *, adapter: str | None = None) -> Train
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)  # the weights are the checkpoint's; a fixed seed keeps the build reproducible
         network = build_model(**spec["args"])
-    network = apply_finetune(network, spec["finetune"], spec["lora"])  # a LoRA fit's weights live in LoRA layers
+    if spec["finetune"] != "full" or spec["lora"]:  # "full" only marks every weight trainable: nothing to rebuild
+        network = apply_finetune(network, spec["finetune"], spec["lora"])  # a LoRA fit's weights live in LoRA layers
     _load_weights(network, saved["state_dict"], path, spec["args"]["backbone"], head=meta is None)
     if meta is not None:
         load_adapter(network, root, adapter)

@@ -21,8 +21,9 @@ from torch import Tensor, nn
 from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, StateDictTransform, VitBackbone, create_backbone
 from eoscale.models.change import ChangeFusion, ChangeModel
-from eoscale.models.heads import ClassificationHead, FPNDecoder, SimpleFeaturePyramid
+from eoscale.models.heads import ClassificationHead, FPNDecoder, PixelHead, SimpleFeaturePyramid
 from eoscale.models.temporal import build_temporal_model
+from eoscale.models.trees import TREE_MODELS, TreeEnsemble
 
 Task = Literal["segmentation", "classification", "change"]
 
@@ -31,18 +32,24 @@ class SegmentationModel(nn.Module):
     """Per-pixel class logits `(B, num_classes, H, W)` at the input's own size.
 
     `neck` turns the backbone's maps into a pyramid (a `SimpleFeaturePyramid` for plain ViTs, identity
-    for hierarchical backbones); `decoder` is an `FPNDecoder` over the pyramid.
+    for hierarchical backbones); `decoder` is an `FPNDecoder` over the pyramid; `pixel_head`, if any, a
+    `PixelHead` whose per-pixel logits from the bands alone are added at full resolution.
     """
 
-    def __init__(self, backbone: Backbone, neck: nn.Module, decoder: nn.Module):
+    def __init__(self, backbone: Backbone, neck: nn.Module, decoder: nn.Module, pixel_head: nn.Module | None = None):
         super().__init__()
         self.backbone = backbone
         self.neck = neck
         self.decoder = decoder
+        if pixel_head is not None:  # absent, not None, in the module tree: older checkpoints load strictly
+            self.pixel_head = pixel_head
 
     def forward(self, x: Tensor) -> Tensor:
         logits = self.decoder(self.neck(self.backbone(x)))
-        return F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        logits = F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        if hasattr(self, "pixel_head"):
+            logits = logits + self.pixel_head(x)
+        return logits
 
 
 class TileClassifier(nn.Module):
@@ -82,16 +89,22 @@ def build_model(
     drop_path_rate: float = 0.0,
     dropout: float = 0.0,
     architecture: str | None = None,
+    spectral_mlp: int = 0,
     **backbone_kwargs,
 ) -> nn.Module:
     """Build a segmentation, tile-classification or change model on the timm backbone `backbone`.
 
     `in_chans` is the tile store's band count (of one date: a change model takes two dates' bands stacked); `img_size` the tile size (required by ViT and Swin);
     `weights` a local state dict for the backbone (see `Backbone.load_weights`), `weights_transform`
-    the hook that remaps it first. `out_indices` and any other keyword go to `create_backbone`.
+    the hook that remaps it first. `spectral_mlp` > 0 adds a `PixelHead` of that width beside the decoder.
+    `out_indices` and any other keyword go to `create_backbone`.
     `architecture` builds a temporal model of stacks of dates instead (`eoscale.models.temporal`: "utae" on the
     per-date backbone `backbone`, or "temporal_vit"), its options in the other keywords.
+    `random_forest` is no timm name: it builds the empty shell of a fitted forest (`eoscale.models.trees`), its
+    size (`trees`, `nodes`, `depth`) from the keywords, for a checkpoint's weights to fill.
     """
+    if backbone in TREE_MODELS:
+        return TreeEnsemble(in_chans=in_chans, num_classes=num_classes, **backbone_kwargs)
     if architecture is not None:
         return build_temporal_model(architecture, backbone=backbone, in_chans=in_chans, num_classes=num_classes,
                                     img_size=img_size, decoder_channels=decoder_channels, weights=weights,
@@ -126,8 +139,11 @@ def build_model(
         neck = _Identity(net)
     decoder = FPNDecoder(neck.channels, num_classes=num_classes, channels=decoder_channels, dropout=dropout)
     if task == "change":
+        if spectral_mlp:
+            raise InputError("spectral_mlp is for single-date segmentation: leave it out of a change model")
         return ChangeModel(net, neck, ChangeFusion(neck.channels), decoder)
-    return SegmentationModel(net, neck, decoder)
+    pixel_head = PixelHead(in_chans, num_classes, hidden=spectral_mlp) if spectral_mlp else None
+    return SegmentationModel(net, neck, decoder, pixel_head)
 
 
 def shardable_blocks(model: nn.Module) -> list[nn.Module]:

@@ -127,3 +127,19 @@ def _groups(channels: int) -> int:
     """GroupNorm groups: up to 32, but at least 2 channels per group, so a 1×1 map of a batch of one tile
     (the coarsest level of a 32 px tile) still has more than one value to normalise over."""
     return max(g for g in range(1, 33) if channels % g == 0 and channels // g >= 2) if channels >= 2 else 1
+
+
+class PixelHead(nn.Module):
+    """Class logits of each pixel from its bands alone: an MLP of 1×1 convolutions (`hidden` wide, two layers).
+
+    Beside a spatial decoder, its logits are added to the decoder's, so a segmentation network has the
+    spectra-only path a per-pixel random forest has, and cannot do worse than what the spectra give (issue 38).
+    """
+
+    def __init__(self, in_chans: int, num_classes: int, *, hidden: int = 64):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Conv2d(in_chans, hidden, 1), nn.GELU(), nn.Conv2d(hidden, hidden, 1), nn.GELU(),
+                                 nn.Conv2d(hidden, num_classes, 1))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.mlp(x)

@@ -13,12 +13,14 @@ from eoscale.cli import main
 
 @pytest.mark.slow
 def test_bench_learning_records_both_models(store, tmp_path, capsys):
-    code = main(["bench", "learning", str(store), "--minutes", "0.1", "--pixels", "2000", "--batch-size", "4",
-                 "--workers", "0", "--calibration-steps", "8", "--validate-every", "10", "--record", str(tmp_path)])
+    code = main(["bench", "learning", str(store), "--minutes", "0.1", "--batch-size", "4",
+                 "--workers", "0", "--forest-args", "--model.init_args.trees 5", "--calibration-steps", "8", "--validate-every", "10", "--record", str(tmp_path)])
     assert code == 0
     figures = json.loads((tmp_path / "learning.json").read_text())[-1]
-    assert 0.0 <= figures["baseline"]["val_miou"] <= 1.0
-    network = figures["resnet18"]
+    assert 0.0 <= figures["forest"]["val_miou"] <= 1.0
+    assert set(figures["forest"]["val_classes"]) == set(figures["network"]["val_classes"])
+    assert figures["miou_gain_over_forest"] == figures["network"]["val_miou"] - figures["forest"]["val_miou"]
+    network = figures["network"]
     assert network["seconds_per_step_calibrated"] > 0 and network["calibration_steps"] == 8
     assert network["validate_every"] == 10
     assert network["max_steps"] >= 10 and network["max_steps"] % 10 == 0  # validated at its last step

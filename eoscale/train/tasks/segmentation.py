@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from typing import Any, Literal, get_args
 
 import torch
@@ -27,7 +28,11 @@ from eoscale.models.metrics import segmentation_metrics
 from eoscale.train.tasks.base import BaseTask
 
 Loss = Literal["ce", "ce+dice"]
+ClassWeights = Literal["inverse", "sqrt"]
 SPLITS = ("val", "test")
+SQRT_WEIGHT_CAP = 10.0  # tempered weights: a rare class weighs at most this many times the most frequent one
+# a class with at least this share of a split's pixels that is never predicted right is named in a warning
+MISSED_CLASS_SHARE = 0.001
 
 
 class SegmentationTask(BaseTask):
@@ -38,7 +43,12 @@ class SegmentationTask(BaseTask):
         backbone_kwargs: more options for `timm.create_model` (`patch_size`, `depth`, `out_indices`, ...).
         decoder_channels: width of the FPN decoder.
         loss: `ce` (cross-entropy, ignoring label 255) or `ce+dice` (plus a soft multiclass Dice term).
-        class_weights: weight cross-entropy by the inverse class frequency of the store's training split.
+        class_weights: weight cross-entropy by the class frequencies of the store's training split: `inverse`
+            (or `true`) by their inverse, `sqrt` by the inverse square root, capped at `SQRT_WEIGHT_CAP` times the
+            most frequent class's (tempered: rare classes found without the inverse's flood of false alarms on
+            small, imbalanced sets, issue 38); `false` (the default) none.
+        spectral_mlp: hidden width of a per-pixel MLP (1×1 convolutions on the bands) whose logits are added to
+            the decoder's, so the network has the spectra-only path a per-pixel forest has (0: none).
         lr, weight_decay: AdamW's.
         warmup_steps: optimizer steps of linear warm-up from 0, followed by cosine decay to `min_lr_ratio * lr`
             at the last step (`trainer.max_steps`, or the estimated steps of `max_epochs`).
@@ -65,7 +75,8 @@ class SegmentationTask(BaseTask):
         decoder_channels: int = 128,
         loss: Loss = "ce",
         dice_weight: float = 1.0,
-        class_weights: bool = False,
+        class_weights: bool | ClassWeights = False,
+        spectral_mlp: int = 0,
         lr: float = 1e-3,
         weight_decay: float = 0.05,
         warmup_steps: int = 100,
@@ -85,6 +96,8 @@ class SegmentationTask(BaseTask):
         super().__init__()
         if loss not in ("ce", "ce+dice"):
             raise InputError(f"loss={loss!r} is not one of 'ce', 'ce+dice'")
+        if class_weights not in (True, False, *get_args(ClassWeights)):
+            raise InputError(f"class_weights={class_weights!r} is not one of false, true, 'inverse', 'sqrt'")
         if finetune not in get_args(Finetune):
             raise InputError(f"finetune={finetune!r} is not one of {', '.join(map(repr, get_args(Finetune)))}")
         if finetune == "lora":
@@ -108,7 +121,7 @@ class SegmentationTask(BaseTask):
         self.hparams.num_classes = int(datamodule.num_classes)
         self.hparams.img_size = int(datamodule.tile_size)
         if self.hparams.class_weights:
-            self._class_weights = torch.as_tensor(datamodule.class_weights(), dtype=torch.float32)
+            self._class_weights = class_weights(datamodule.class_weights(), self.hparams.class_weights)
 
     def configure_model(self) -> None:
         """The network (`BaseTask`), then the criterion and the metrics of each split."""
@@ -152,13 +165,38 @@ class SegmentationTask(BaseTask):
             weights_transform=transform,
             drop_path_rate=h.drop_path_rate,
             dropout=h.dropout,
+            **({"spectral_mlp": h.spectral_mlp} if h.get("spectral_mlp") else {}),
             **(h.get("backbone_kwargs") or {}),
         )
 
     def configure_finetune(self, model: nn.Module) -> nn.Module:
         return apply_finetune(model, self.hparams.get("finetune", "full"), self.hparams.get("lora"))
 
+    def warn_missed_classes(self, split: str) -> None:
+        """Name, on stderr, each class of at least `MISSED_CLASS_SHARE` of `split`'s pixels that the last
+        evaluation never predicted right (producer's accuracy 0): a small, imbalanced label set's usual failure,
+        which mIoU alone hides (issue 38)."""
+        confusion = self.last_confusion.get(split) if hasattr(self, "last_confusion") else None
+        if confusion is None or self._trainer is None or not self.trainer.is_global_zero:
+            return
+        support = confusion.sum(1).double()
+        total = float(support.sum())
+        for index, name in enumerate(self.class_names):
+            share = float(support[index]) / total if total else 0.0
+            if share >= MISSED_CLASS_SHARE and int(confusion[index, index]) == 0:
+                print(f"warning: class {name!r} ({share:.2%} of the {split} pixels) has producer's accuracy 0: the "
+                      f"model never maps it right; try class_weights: sqrt, more labels of it, or the forest "
+                      f"(docs/how-to/imbalanced.md)", file=sys.stderr)
+
+    def on_validation_end(self) -> None:
+        if self.trainer.state.fn == "validate":  # `eoscale validate`; a fit warns once, at its end
+            self.warn_missed_classes("val")
+
+    def on_test_end(self) -> None:
+        self.warn_missed_classes("test")
+
     def on_fit_end(self) -> None:
+        self.warn_missed_classes("val")
         if self.hparams.get("finetune") == "lora":  # every rank: gathering FSDP shards is a collective
             name = LoraSettings.from_dict(self.hparams.get("lora")).name
             folder = os.path.join(self.trainer.default_root_dir, ADAPTERS_DIR, name)
@@ -227,6 +265,18 @@ class SegmentationTask(BaseTask):
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
+
+
+def class_weights(inverse: Tensor, kind: bool | str) -> Tensor:
+    """The loss's class weights from the datamodule's inverse-frequency ones (0 for absent classes): those
+    (`inverse`, `true`) or their square root capped at `SQRT_WEIGHT_CAP` × the most frequent class's (`sqrt`)."""
+    inverse = torch.as_tensor(inverse, dtype=torch.float32)
+    if kind in (True, "inverse"):
+        return inverse
+    present = inverse > 0
+    tempered = inverse.sqrt()
+    tempered = tempered / tempered[present].min()  # the most frequent class weighs 1
+    return torch.where(present, tempered.clamp(max=SQRT_WEIGHT_CAP), torch.zeros_like(tempered))
 
 
 def _metric_name(class_name: str) -> str:
