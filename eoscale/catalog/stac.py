@@ -32,8 +32,8 @@ from pystac.extensions.raster import DataType, RasterBand, RasterExtension
 from rasterio.crs import CRS
 from rasterio.warp import transform as warp_points
 
-from eoscale.store import schema
 from eoscale.classes import ClassTable
+from eoscale.store import schema
 
 LINEAGE = "eoscale:lineage"  # in a map Item's properties: the chain (see `eoscale.maps.lineage`)
 PREDICT_RUN = "eoscale:predict_run"  # in a map Item's properties: {run_id, tracking_uri} of the predict run

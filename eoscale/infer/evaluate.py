@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
+from eoscale.classes import IGNORE_INDEX
 from eoscale.contract import BandContract
 from eoscale.errors import InputError
 from eoscale.infer.model import PredictionModel
-from eoscale.classes import IGNORE_INDEX
 from eoscale.models.metrics import segmentation_metrics
 from eoscale.models.uncertainty import CalibrationBins
 

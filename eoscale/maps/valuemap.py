@@ -123,7 +123,7 @@ def point_reference(vmap: ValueMap, path: Path, *, crs: str | None) -> ValuePair
     x, y = _points_xy(path, table, xy_crs)
     rows, cols = _on_map(vmap, path, x, y, xy_crs)  # type: ignore[arg-type]  (needs crs, transform, width, height)
     with rasterio.open(vmap.path) as src:
-        predicted = np.array([v[0] for v in src.sample(zip(*rasterio.transform.xy(vmap.transform, rows, cols)))],
+        predicted = np.array([v[0] for v in src.sample(zip(*rasterio.transform.xy(vmap.transform, rows, cols), strict=True))],
                              dtype=np.float64)
     off = int((~vmap.valid(predicted)).sum())
     if off:

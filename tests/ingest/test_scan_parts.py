@@ -28,7 +28,7 @@ def test_rows_of_windows_are_cut_into_runs_that_cover_them_once():
     assert scan_parts(520, 32, 16, 1) == [(0, 31)]
     assert scan_parts(64, 32, 32, 8) == [(0, 1), (1, 2)]  # no more parts than rows of windows
     parts = scan_parts(10980, 64, 64, 4)
-    assert parts[0][0] == 0 and parts[-1][1] == 171 and all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+    assert parts[0][0] == 0 and parts[-1][1] == 171 and all(a[1] == b[0] for a, b in zip(parts, parts[1:], strict=False))
 
 
 @pytest.mark.parametrize("tile_size, stride", [(32, 32), (48, 20)])

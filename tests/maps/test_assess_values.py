@@ -15,7 +15,7 @@ import rasterio
 from affine import Affine
 
 from eoscale.cli import main
-from tests.maps.maps import write_map, blocky_codes
+from tests.maps.maps import blocky_codes, write_map
 
 NODATA = -9999.0
 ORIGIN = (330_000.0, 5_650_000.0)
@@ -90,7 +90,7 @@ def test_a_reference_raster_in_another_crs_is_a_census(tmp_path, maps):
     assert report["statistics"]["rmse"]["estimate"] == pytest.approx(np.sqrt(np.mean(err**2)), rel=1e-5)
     assert report["statistics"]["rmse"]["ci95_lower"] is None
     # a 20 m raster in EPSG:3035: warped by the continuous rule, it still tells a good map from a bad one
-    from rasterio.warp import calculate_default_transform, reproject, Resampling
+    from rasterio.warp import Resampling, calculate_default_transform, reproject
 
     with rasterio.open(reference) as src:
         transform, w, h = calculate_default_transform(src.crs, "EPSG:3035", src.width, src.height, *src.bounds,

@@ -70,5 +70,5 @@ def test_pixel_sample_is_bounded_reproducible_and_batch_size_free():
     assert (a[1] != 255).all()
     # every kept row is a real pixel with its own label
     flat = logits.movedim(1, -1).reshape(-1, 3)
-    rows = {tuple(r): int(lab) for r, lab in zip(flat.numpy().round(6).tolist(), labels.reshape(-1).tolist())}
-    assert all(rows[tuple(r)] == int(lab) for r, lab in zip(a[0].numpy().round(6).tolist(), a[1].tolist()))
+    rows = {tuple(r): int(lab) for r, lab in zip(flat.numpy().round(6).tolist(), labels.reshape(-1).tolist(), strict=True)}
+    assert all(rows[tuple(r)] == int(lab) for r, lab in zip(a[0].numpy().round(6).tolist(), a[1].tolist(), strict=True))

@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import rasterio
-from rasterio.warp import Resampling, reproject
 
 from eoscale.cli import main
 from eoscale.synth.heights import HEIGHT_NODATA

@@ -25,6 +25,7 @@ from eoscale.infer.outputs.base import (
     unregister_writer,
     writer_class,
 )
+from eoscale.infer.outputs.change import ChangeWriter  # registers the "change" writer
 from eoscale.infer.outputs.classes import (
     CONFIDENCE_NODATA,
     QUICKLOOK_PIXELS,
@@ -48,7 +49,6 @@ from eoscale.infer.outputs.rasters import (
     read_part,
     write_cog,
 )
-from eoscale.infer.outputs.change import ChangeWriter  # registers the "change" writer
 from eoscale.infer.outputs.values import VALUES_NODATA, ValueWriter  # registers the "values" writer
 
 

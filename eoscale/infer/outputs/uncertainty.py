@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import rasterio
 
+from eoscale.infer.config import UNCERTAINTY  # noqa: E402  (the flag's choices, defined without torch)
 from eoscale.infer.outputs.rasters import BLOCKSIZE, Georef, Piece, _rows
 from eoscale.models.uncertainty import entropy, margin
 
-from eoscale.infer.config import UNCERTAINTY  # noqa: E402  (the flag's choices, defined without torch)
 UNCERTAINTY_NODATA = 255
 PROBABILITY_STEPS = 200  # a stored probability is round(p × 200): 0.005 a step, and 255 stays free for nodata
 PROBABILITY_NODATA = 255

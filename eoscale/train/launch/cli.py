@@ -23,7 +23,6 @@ DeepSpeed checkpoint folder. Every run logs to MLflow (`eoscale.track.logger`, `
 from __future__ import annotations
 
 import importlib
-
 import os
 import sys
 import tempfile
