@@ -72,6 +72,7 @@ def test_a_stack_for_a_single_date_checkpoint_and_the_reverse_are_refused_in_one
 
 
 def _two_ranks(strategy: str, store: Path, root: Path) -> dict:
+    root.mkdir(parents=True, exist_ok=True)
     report = root / "report"
     result = run_cli(["fit", "--config", str(CONFIGS / "temporal_utae.yaml"), "--config",
                       str(CONFIGS / "strategy" / f"{strategy}.yaml"), "--data.init_args.store", str(store),
