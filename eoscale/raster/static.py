@@ -129,5 +129,25 @@ def with_static_layers(scenes: list[Scene], dem: str | list[str], folder: Path, 
     return out
 
 
+def predict_static_layers(scenes: list[Scene], dems: list[str] | None, needed: list[str], *,
+                          accept_datum: str | None = None) -> list[Scene]:
+    """`predict --static`: `scenes` with the static layers a checkpoint was trained with (`needed`, its contract's
+    static bands), from `dems`, in a temporary folder removed when the process exits. A checkpoint that needs them
+    without `dems`, or `dems` for one that needs none, is a one-line error."""
+    if needed and not dems:
+        raise InputError(f"the checkpoint was trained with static layers {', '.join(needed)} (ingest --static): give "
+                         f"the DEM covering the scenes with --static DEM.tif")
+    if dems and not needed:
+        raise InputError("the checkpoint was trained without static layers: leave out --static")
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="eoscale-static-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return with_static_layers(scenes, list(dems), folder, layers=tuple(n.upper() for n in needed),
+                              accept_datum=accept_datum)
+
+
 __all__ = ["DEFAULT_LAYERS", "STATIC_LAYERS", "as_dems", "check_dem", "covers", "dem_for", "layer_file", "parse_layers",
-           "static_bands", "with_static_layers", "write_layers"]
+           "predict_static_layers", "static_bands", "with_static_layers", "write_layers"]
