@@ -86,6 +86,11 @@ class PredictConfig:
     band_map: str | None = option("--band-map", "apply the model to another sensor's bands: scene band=model band "
                                   "pairs, e.g. SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A (a model is never applied to "
                                   "another sensor's bands without it)", default=None, metavar="SR_B2=B02,...")
+    static: list[str] | None = option("--static", "DEM files, one covering each scene, for a checkpoint trained with "
+                                      "static layers (ingest --static): the same layers are added to each scene",
+                                      default=None, nargs="+", metavar="DEM")
+    dem_datum: str | None = option("--dem-datum", "take a DEM whose file notes another vertical datum than EGM2008 "
+                                   "as it is", default=None, metavar="NAME")
     ramp: str = option("--ramp", "how a window's weight falls off over the overlap when windows are blended",
                        default="cosine", choices=RAMPS)
     server: str | None = option("--server", "a Triton server running 'eoscale serve' (http://HOST:8000 or "

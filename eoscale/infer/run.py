@@ -60,6 +60,7 @@ from eoscale.raster.reader import gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
 from eoscale.raster.stac import open_items
 from eoscale.raster.stack import open_reader, stack_scenes
+from eoscale.raster.static import predict_static_layers, static_bands
 from eoscale.sensors import parse_band_map
 from eoscale.track.profiler import Profile, Schedule
 
@@ -193,9 +194,13 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     else:
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
     band_map = parse_band_map(config.band_map)
-    wanted = None if band_map else list(model.contract.bands)  # which of a SAFE product's bands to take
+    statics = static_bands(model.contract.bands)  # a DEM's layers the checkpoint was trained with (--static)
+    wanted = None if band_map else [b for b in model.contract.bands if b not in statics]  # a SAFE product's bands
     opened = [open_scene(p, band_names=config.band_names, bands=wanted) for p in scene_paths(config.inputs)]
     opened += open_items(config.stac, bands=wanted) if config.stac else []  # eoscale.raster.stac
+    if statics or config.static:
+        opened = predict_static_layers(opened, config.static, statics, accept_datum=config.dem_datum)
+        band_map = {**band_map, **{n: n for n in statics}} if band_map else band_map
     scenes = [model.scene_bands(scene, band_map) for scene in opened]
     steps = model.contract.time_steps
     if steps > 1:  # the dated scenes of each place as one stack: a change map needs both dates, a season any

@@ -65,6 +65,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "finer raster), NaN where unknown")
     parser.add_argument("--target-name", metavar="NAME", help="what --targets hold (e.g. canopy_height)")
     parser.add_argument("--target-units", metavar="UNITS", help="the units of --targets (e.g. m)")
+    parser.add_argument("--static", nargs="+", metavar="DEM",
+                        help="DEM files (Copernicus DEM COGs, or a VRT of tiles), one covering each scene: its elevation, slope "
+                             "and aspect become extra bands ELEVATION, SLOPE, ASPECT on each scene's grid (slope and "
+                             "aspect computed on the DEM's grid in metres, resampled once), with their own statistics")
+    parser.add_argument("--static-layers", default="elevation,slope,aspect", metavar="elevation,slope,aspect",
+                        help="which layers of --static to add (default: %(default)s)")
+    parser.add_argument("--dem-datum", metavar="NAME",
+                        help="take a DEM whose file notes another vertical datum than EGM2008 (e.g. EVRF2007) as it is")
     parser.add_argument("--classes", metavar="CSV",
                         help="class table (code,name,color) whose order gives the class indices; default: ESA WorldCover")
     parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
@@ -146,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from eoscale.ingest import ingest
+    from eoscale.raster.static import parse_layers
 
     console = Console(stderr=True, soft_wrap=True)
     with warnings.catch_warnings(), _scheduler(args) as scheduler:
@@ -160,6 +169,8 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
             time_series=args.time_series, dates_csv=args.dates_csv, group_by=args.group_by, max_dates=args.max_dates,
             composite=args.composite,
+            **({"static": args.static, "static_layers": parse_layers(args.static_layers), "dem_datum": args.dem_datum}
+               if args.static else {}),
         )
     if summary.skipped:
         from eoscale.raster.sources import describe_skipped

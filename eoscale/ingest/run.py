@@ -46,6 +46,7 @@ from eoscale.ingest.series import (
 )
 from eoscale.ingest.series_writer import write_series_shard
 from eoscale.ingest.skeleton import CODECS, create_skeleton
+from eoscale.ingest.static import add_static_layers, static_parameters
 from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
@@ -121,11 +122,14 @@ def ingest(
     group_by: str = "footprint",
     max_dates: int | None = None,
     composite: str | None = None,
+    static: str | list[str] | None = None,
+    static_layers: tuple[str, ...] = ("ELEVATION", "SLOPE", "ASPECT"),
+    dem_datum: str | None = None,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
     into a tile store at `output`. See the module docstring. With `time_series` (or `dates_csv`, `max_dates`,
     `composite`), dated scenes of the same places become tiles with a time step a date or composite interval
-    (`eoscale.ingest.series`)."""
+    (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`)."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
@@ -137,6 +141,9 @@ def ingest(
     check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
     series = time_series or bool(dates_csv) or max_dates is not None or composite is not None
+    if series and static:
+        raise InputError("static layers (--static) are added to single-date stores only today: ingest the time series "
+                         "without --static")
     interval = parse_composite(composite)
     if max_dates is not None and interval is not None:
         raise InputError("give --max-dates (dates as they are) or --composite (regular intervals), not both")
@@ -173,8 +180,11 @@ def ingest(
         parameters["time_series"] = {"group_by": group_by, "max_dates": max_dates, "composite": interval,
                                      "dates_csv": os.path.abspath(dates_csv) if dates_csv else None,
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
+    if static:  # likewise: the DEM checked (datum, cover) before anything is written
+        parameters["static"] = static_parameters(static, scene_list, layers=tuple(static_layers), accept_datum=dem_datum)
     label_paths = [r.path for r in label_rasters]
-    target_paths = [r.path for r in target_rasters]
+    static_paths = [static] if isinstance(static, str | os.PathLike) else list(static or [])
+    target_paths = [r.path for r in target_rasters] + [str(p) for p in static_paths]  # the DEMs: input files too
     # --verify reads every input now; otherwise their sha256s (for the store's lineage) are taken by Dask tasks
     # beside the scans and shards
     digests = {p: file_sha256(p) for p in _input_paths(scene_list, label_paths + target_paths)} if verify else {}
@@ -182,6 +192,9 @@ def ingest(
     work = output.with_name(output.name + ".partial")
     progress_dir, store = work / "progress", work / "store.zarr"
     _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
+    if static:
+        scene_list = add_static_layers(scene_list, static, progress_dir, layers=tuple(static_layers),
+                                       accept_datum=dem_datum)
 
     phases = {"inspect": time.perf_counter() - started}
     mark = time.perf_counter()
@@ -288,7 +301,8 @@ def ingest(
         schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
         schema.ATTR_MASKED: masked_pixels(grids, gathered["masked"], plan, steps=steps),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
-        schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths),
+        schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths[:len(target_rasters)],
+                                          static_paths=[str(p) for p in static_paths]),
         **(_target_attrs(gathered["target_moments"], target_name, target_units) if target_rasters else {}),
     })
     store_fingerprint = write_collection(store, grids, plan, known=gathered["digests"])
@@ -411,12 +425,13 @@ def _target_attrs(moments, name: str | None, units: str | None) -> dict:
 
 
 def input_records(scenes: list[Scene], label_paths: list[str], digests: dict[str, str], *,
-                  target_paths: list[str] = ()) -> list[dict]:
+                  target_paths: list[str] = (), static_paths: list[str] = ()) -> list[dict]:
     """The store's input files for its lineage (`schema.ATTR_INPUTS`): each scene's files, then the label
-    rasters, then the value rasters (`--targets`), with absolute path, size and sha256."""
+    rasters, then the value rasters (`--targets`), then the DEM (`--static`), with absolute path, size and sha256."""
     records = [{"scene": s.id, "role": "scene", "path": p} for s in scenes for p in s.paths]
     records += [{"scene": None, "role": "labels", "path": p} for p in label_paths]
     records += [{"scene": None, "role": "targets", "path": p} for p in target_paths]
+    records += [{"scene": None, "role": "static", "path": p} for p in static_paths]
     seen, out = set(), []
     for r in records:
         if r["path"] not in seen:

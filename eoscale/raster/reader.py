@@ -111,9 +111,12 @@ class SceneReader:
             )
         # which files say where they hold data with a mask band, and the nodata value of the others' bands
         # (a resampled file: the VRT's nodata, which the warper also writes where the file's mask says none)
-        self._mask_paths = [p for p in self._reads if on_grid_file(self._datasets[p]) and has_mask_band(self._datasets[p])]
+        # a static layer's file (a DEM's, `BandFile.static`) takes no part: the scene's own bands say where it has data
+        static = {b.path for b in scene.bands if b.static} - {b.path for b in scene.bands if not b.static}
+        self._mask_paths = [p for p in self._reads if p not in static and on_grid_file(self._datasets[p])
+                            and has_mask_band(self._datasets[p])]
         self._nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p]) else float(scene.nodata)
-                        for p in self._reads if p not in self._mask_paths}
+                        for p in self._reads if p not in self._mask_paths and p not in static}
         # a float file's own nodata (what `to_store` maps onto the store's); its store pixels are compared with that
         self._file_nodata = {p: self._datasets[p].nodata for p in self._float_paths}
         self._nodata.update({p: float(scene.nodata) for p in self._float_paths if p in self._nodata})
@@ -261,7 +264,7 @@ class SceneReader:
         """The first band that lies on the reference grid (read without resampling), shape (y, x): the whole of
         it, or `window`."""
         for position, band in enumerate(self.scene.bands):
-            if not isinstance(self._datasets[band.path], WarpedVRT):
+            if not band.static and not isinstance(self._datasets[band.path], WarpedVRT):
                 return self.read_band(position, window)
         return self.read_band(0, window)
 

@@ -39,6 +39,7 @@ class BandFile:
     scale: float = 1.0
     offset: float = 0.0
     decode: str = ""  # a float file's values onto the store's scale: "float" or "power_db" (`eoscale.raster.float_bands`)
+    static: bool = False  # a layer beside the scene (a DEM's, `eoscale.ingest.static`): says nothing of where it has data
 
 
 @dataclass(frozen=True)

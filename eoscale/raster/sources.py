@@ -95,6 +95,13 @@ def check_one_sensor(scenes: list[Scene]) -> None:
     """One ingest or prediction holds one sensor's bands: band names mean different light on different sensors."""
     first = scenes[0]
     for scene in scenes[1:]:
+        if scene.sensor != first.sensor and "sentinel-1" in (scene.sensor, first.sensor):
+            radar, other = (scene, first) if scene.sensor == "sentinel-1" else (first, scene)
+            raise InputError(
+                f"scene {radar.id!r} holds Sentinel-1 radar bands ({', '.join(radar.band_names)}) but {other.id!r} "
+                f"holds {get_sensor(other.sensor).title} bands: one store holds one sensor today, so ingest (or "
+                f"predict) them separately; radar backscatter cannot be mapped onto another sensor's bands"
+            )
         if scene.sensor != first.sensor:
             raise InputError(
                 f"scene {scene.id!r} holds {get_sensor(scene.sensor).title} bands ({', '.join(scene.band_names)}) "
