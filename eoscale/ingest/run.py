@@ -195,6 +195,7 @@ def ingest(
     if static:
         scene_list = add_static_layers(scene_list, static, progress_dir, layers=tuple(static_layers),
                                        accept_datum=dem_datum)
+        grids = scene_list  # single-date only (refused with a time series above): each scene is its own grid
 
     phases = {"inspect": time.perf_counter() - started}
     mark = time.perf_counter()
