@@ -25,7 +25,7 @@ from eoscale.errors import InputError, InputNotFoundError
 DEFAULT_MODEL = "landcover"
 IN_FLIGHT = 4  # requests on their way at once: enough to keep a server's batcher fed from one client
 OUTPUT = "probabilities_fp32"  # float16's step (2.4e-4 near 1) would move the map's probabilities by more than 1e-4
-OUTPUTS = {"classes": OUTPUT, "values": "values"}  # what the window loop asks for, per target kind of the model
+OUTPUTS = {"classes": OUTPUT, "values": "values", "change": OUTPUT}  # what the window loop asks for, per target kind
 TIMEOUT_S = 600.0
 
 

@@ -15,6 +15,9 @@ Outputs (a client asks for the ones it wants; Triton sends all when it names non
 - `class` uint16 `[B, T, T]`: the most probable class's code (the class table's, e.g. WorldCover's 10..100);
 - `confidence` float16 `[B, T, T]`: that class's probability.
 
+A change model (target kind "change", two dates) takes `windows` `[B, 2 * C, T, T]`: the first date's bands, then the
+second's (as `eoscale predict --server` reads a pair of scenes), and answers its change classes as the outputs above.
+
 A model of per-pixel values (a regression checkpoint, target kind "values") has one output instead:
 
 - `values` float32 `[B, 1, T, T]`: the values in the target's units (`BandContract.activate`: the normalisation
@@ -46,7 +49,7 @@ MODEL_PARAMETER = "eoscale_model"
 SERVED_PARAMETER = "eoscale_served"
 OUTPUTS = ("probabilities", "probabilities_fp32", "class", "confidence")
 VALUE_OUTPUTS = ("values",)
-SERVED_TARGETS = ("classes", "values")  # the target kinds (`eoscale.contract.TARGET_KINDS`) served: their outputs above
+SERVED_TARGETS = ("classes", "values", "change")  # the target kinds (`eoscale.contract.TARGET_KINDS`) served
 
 
 @dataclass
@@ -62,7 +65,13 @@ class ServedModel:
         if self.contract.target not in SERVED_TARGETS:
             raise InputError(f"model {self.name!r} maps {self.contract.target!r}: eoscale serve answers "
                              f"{', '.join(SERVED_TARGETS)} models only")
+        steps = self.contract.time_steps
+        if steps > 1 and self.contract.target != "change":
+            raise InputError(f"model {self.name!r} is a temporal model of {steps} dates: eoscale serve answers "
+                             "single-date and change models only; map seasons with 'eoscale predict --checkpoint'")
         self.mean, self.scale = self.contract.normalisation()
+        if steps > 1:  # a change model's windows hold both dates' bands, date after date, normalised alike
+            self.mean, self.scale = np.tile(self.mean, (steps, 1, 1)), np.tile(self.scale, (steps, 1, 1))
         self.values = self.contract.target == "values"
         self.output_names = VALUE_OUTPUTS if self.values else OUTPUTS
         self.codes = np.array([int(c["code"]) for c in self.contract.classes], dtype=np.uint16)
@@ -72,7 +81,8 @@ class ServedModel:
         """PyTriton's input and output specs (shapes without the batch dimension)."""
         from pytriton.model_config import Tensor
 
-        bands, tile, classes = len(self.contract.bands), self.contract.tile_size, len(self.contract.classes)
+        bands = len(self.contract.bands) * self.contract.time_steps  # a change model: both dates' bands
+        tile, classes = self.contract.tile_size, len(self.contract.classes)
         inputs = [Tensor(name="windows", dtype=np.uint16, shape=(bands, tile, tile)),
                   Tensor(name="valid", dtype=np.uint8, shape=(tile, tile), optional=True)]
         if self.values:

@@ -192,6 +192,7 @@ def test_a_known_kind_without_a_writer_is_refused_in_one_line(checkpoint, scene,
 def test_serving_refuses_a_kind_it_has_no_tensors_for():
     from eoscale.serve.landcover import ServedModel
 
-    contract = BandContract(("B02",), (0.0,), (1.0,), 32, (), target="change", time_steps=2)
-    with pytest.raises(InputError, match="maps 'change': eoscale serve answers"):
-        ServedModel("loss", torch.nn.Conv2d(2, 1, 1), contract, {})
+    contract = BandContract(("B02",), (0.0,), (1.0,), 32, ({"code": 1, "name": "a", "color": "#000000"},),
+                            time_steps=3)
+    with pytest.raises(InputError, match="is a temporal model of 3 dates: eoscale serve answers single-date and change"):
+        ServedModel("season", torch.nn.Conv2d(3, 1, 1), contract, {})
