@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -116,3 +117,35 @@ def _facts(config: str, store: Path, extra: str):
     override = Path(store).parent / f"plan{len(extra)}.yaml"
     override.write_text(f"data:\n  init_args:\n    store: {store}\n{extra}")
     return facts_from_config([config, str(override)])
+
+
+@pytest.mark.slow  # a season synthesised, ingested and fitted (about a minute)
+def test_predict_maps_a_place_from_its_dated_scenes_with_a_temporal_checkpoint(tmp_path):
+    from rio_cogeo.cogeo import cog_validate
+
+    from eoscale.synth import synthesize
+
+    season = synthesize(tmp_path / "season", scenes=2, size=128, seed=2, dates=4).out_dir
+    assert main(["ingest", "--time-series", "--scenes", str(season / "scenes" / "place_000" / "*.tif"),
+                 "--labels", str(season / "labels" / "place_000_landcover.tif"), "--classes",
+                 str(season / "classes.csv"), "--output", str(tmp_path / "season.zarr"), "--tile-size", "32",
+                 "--quiet"]) == 0
+    checkpoint = _fit("temporal_utae.yaml", tmp_path / "season.zarr", tmp_path / "fit")
+    scenes = sorted((season / "scenes" / "place_001").glob("*.tif"))
+    assert len(scenes) == 4  # the store's place 0 lacks a date: the model was fitted on stacks of 3
+    assert main(["predict", "--checkpoint", str(checkpoint), "--input", *map(str, scenes), "--output",
+                 str(tmp_path / "four"), "--window", "32", "--no-progress"]) == 2  # more dates than it knows
+    scenes = scenes[:3]
+    assert main(["predict", "--checkpoint", str(checkpoint), "--input", *map(str, scenes), "--output",
+                 str(tmp_path / "maps"), "--window", "32", "--no-progress"]) == 0
+    (landcover,) = (tmp_path / "maps").glob("*_landcover.tif")  # one map of the place, from all its dates
+    assert cog_validate(str(landcover), quiet=True)[0]
+    import rasterio
+
+    table = {int(c["code"]) for c in BandContract.from_dict(load_checkpoint(checkpoint)["eoscale"]).classes}
+    with rasterio.open(landcover) as src, rasterio.open(scenes[0]) as first:
+        assert src.transform == first.transform and src.shape == first.shape
+        assert set(np.unique(src.read(1))) - {src.nodata} <= table
+    # a single date is a stack of one: mapped too (a missing date is a masked step, as in training)
+    assert main(["predict", "--checkpoint", str(checkpoint), "--input", str(scenes[0]), "--output",
+                 str(tmp_path / "one"), "--window", "32", "--no-progress"]) == 0
