@@ -45,7 +45,9 @@ def test_fast_dev_run(config: Path, store: Path, tmp_path: Path, shared_tracking
     monkeypatch.setenv("MLFLOW_TRACKING_URI", shared_tracking_uri)
     # fine-tune configs name the MAE export of the quick start; a smoke run starts from scratch
     weights = ["--model.init_args.weights", "null"] if "weights:" in config.read_text() else []
-    main(["fit", "--config", str(config), *_common(store, tmp_path), *weights, "--trainer.fast_dev_run", "true"])
+    # configs that name their checkpoint folder (runs/pretrain/...) write it under tmp_path, not into the checkout
+    main(["fit", "--config", str(config), *_common(store, tmp_path), *weights, "--trainer.fast_dev_run", "true",
+          "--checkpoint.dirpath", str(tmp_path / "checkpoints")])
 
 
 def test_a_full_disk_is_one_line_that_says_how_to_resume(store: Path, tmp_path: Path, capsys):
