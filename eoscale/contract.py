@@ -162,11 +162,12 @@ class BandContract:
             logits = logits / self.temperature
         return logits.softmax(dim=1)
 
-    def normalisation(self) -> tuple[np.ndarray, np.ndarray]:
-        """`(mean, scale)`, float32 of shape (bands, 1, 1): a window's pixels go to the network as
-        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std, std at least 1e-6)."""
-        mean = np.asarray(self.mean, dtype=np.float32)[:, None, None]
-        scale = (1.0 / np.maximum(np.asarray(self.std, dtype=np.float32), 1e-6))[:, None, None]
+    def normalisation(self, dates: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """`(mean, scale)`, float32 of shape (dates * bands, 1, 1): a window's pixels go to the network as
+        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std, std at least 1e-6);
+        a window of several `dates` holds every date's bands, date after date, each normalised as one date's."""
+        mean = np.tile(np.asarray(self.mean, dtype=np.float32), dates)[:, None, None]
+        scale = np.tile(1.0 / np.maximum(np.asarray(self.std, dtype=np.float32), 1e-6), dates)[:, None, None]
         return mean, scale
 
     def check(self, store: BandContract, *, what: str = "checkpoint") -> None:

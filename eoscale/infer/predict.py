@@ -213,9 +213,8 @@ def predict_blocks(
     span = Span.of(grid.cols, cols)
     classes = contract.output_channels() if channels is None else channels
     accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
-    mean, scale = (None, None) if remote else contract.normalisation()
-    if isinstance(scene, SceneStack) and mean is not None:  # every date's bands, normalised as one date's
-        mean, scale = np.tile(mean, (len(scene.steps), 1, 1)), np.tile(scale, (len(scene.steps), 1, 1))
+    dates = len(scene.steps) if isinstance(scene, SceneStack) else 1  # a stack's windows: every date's bands
+    mean, scale = (None, None) if remote else contract.normalisation(dates)
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale,
                         pin=pin, threads=readers)

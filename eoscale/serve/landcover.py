@@ -69,9 +69,7 @@ class ServedModel:
         if steps > 1 and self.contract.target != "change":
             raise InputError(f"model {self.name!r} is a temporal model of {steps} dates: eoscale serve answers "
                              "single-date and change models only; map seasons with 'eoscale predict --checkpoint'")
-        self.mean, self.scale = self.contract.normalisation()
-        if steps > 1:  # a change model's windows hold both dates' bands, date after date, normalised alike
-            self.mean, self.scale = np.tile(self.mean, (steps, 1, 1)), np.tile(self.scale, (steps, 1, 1))
+        self.mean, self.scale = self.contract.normalisation(steps)  # a change model's windows: both dates' bands
         self.values = self.contract.target == "values"
         self.output_names = VALUE_OUTPUTS if self.values else OUTPUTS
         self.codes = np.array([int(c["code"]) for c in self.contract.classes], dtype=np.uint16)
