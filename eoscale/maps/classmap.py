@@ -45,8 +45,7 @@ class ClassMap:
     @property
     def bounds(self) -> tuple[float, float, float, float]:
         """(left, bottom, right, top) in the map's CRS."""
-        west, south, east, north = rasterio.transform.array_bounds(self.height, self.width, self.transform)
-        return (min(west, east), min(south, north), max(west, east), max(south, north))
+        return grid_bounds(self.height, self.width, self.transform)
 
     def lookup(self) -> np.ndarray:
         """`lut[value]` = class index, `IGNORE_INDEX` for nodata and values not in the table."""
@@ -184,3 +183,9 @@ def file_identity(path: Path) -> dict:
     """The map's sha256, size and modification time: a sample's design names the exact map it was drawn from."""
     stat = path.stat()
     return {"sha256": file_sha256(path), "bytes": stat.st_size, "mtime": stat.st_mtime}
+
+
+def grid_bounds(height: int, width: int, transform: Affine) -> tuple[float, float, float, float]:
+    """(left, bottom, right, top) of a grid, whichever way its transform runs."""
+    west, south, east, north = rasterio.transform.array_bounds(height, width, transform)
+    return (min(west, east), min(south, north), max(west, east), max(south, north))

@@ -26,7 +26,7 @@ from rasterio.enums import Resampling
 
 from eoscale.contract import DEFAULT_TARGET, TARGET_TAG
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.maps.classmap import STRIP_PIXELS
+from eoscale.maps.classmap import STRIP_PIXELS, grid_bounds
 from eoscale.maps.reference import VECTOR_SUFFIXES, _crs_name, _on_map, _points_xy, _read_points
 
 VALUE_COLUMNS = ("value", "reference")
@@ -60,8 +60,7 @@ class ValueMap:
 
     @property
     def bounds(self) -> tuple[float, float, float, float]:
-        west, south, east, north = rasterio.transform.array_bounds(self.height, self.width, self.transform)
-        return (min(west, east), min(south, north), max(west, east), max(south, north))
+        return grid_bounds(self.height, self.width, self.transform)
 
     def valid(self, values: np.ndarray) -> np.ndarray:
         ok = np.isfinite(values)
