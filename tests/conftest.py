@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,28 @@ from tests.processes import ROOT
 from tests.threads import single_thread
 
 SLURM_CONF = Path(os.environ.get("EOSCALE_SLURM_DIR", "/tmp/eoscale-slurm")) / "slurm" / "slurm.conf"
+
+
+_SESSION_TMP = "EOSCALE_TEST_TMPDIR"
+
+
+def pytest_configure(config):
+    """One temporary folder for the whole test session, TMPDIR for it and every process it starts (xdist workers,
+    torchrun ranks, Ray workers, notebooks), removed when the session ends: multiprocessing's pymp-*, torchelastic's
+    run folders and error files, and Ray Train's lightning_checkpoints-* were left in /tmp by every run (CI machines'
+    disks fill). The xdist workers inherit the controller's folder; the process that made it removes it."""
+    if os.environ.get(_SESSION_TMP):
+        return
+    root = tempfile.mkdtemp(prefix="eoscale-tests-")
+    os.environ[_SESSION_TMP] = os.environ["TMPDIR"] = root
+    tempfile.tempdir = None
+    config._eoscale_tmpdir = root
+
+
+def pytest_unconfigure(config):
+    root = getattr(config, "_eoscale_tmpdir", None)
+    if root:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def pytest_xdist_make_scheduler(config, log):
