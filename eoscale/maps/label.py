@@ -22,6 +22,7 @@ from rasterio.windows import Window
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.maps.publish import partial
 from eoscale.maps.reference import _points_xy, _read_points
+from eoscale.maps.reference_raster import open_reference_raster
 from eoscale.maps.samplefile import LAYER, REFERENCE, design_of, read_design
 
 SUFFIXES = (".csv", ".gpkg")
@@ -52,14 +53,7 @@ def reference_codes(reference: Path, x: np.ndarray, y: np.ndarray, crs: str) -> 
 
     if not reference.is_file():
         raise InputNotFoundError(f"reference raster {str(reference)!r} does not exist")
-    try:
-        src = rasterio.open(reference)
-    except rasterio.errors.RasterioIOError as err:
-        raise InputError(f"reference {str(reference)!r} is not a readable raster ({str(err).splitlines()[0]})") from None
-    with src:
-        if src.crs is None or src.count != 1:
-            raise InputError(f"reference raster {str(reference)!r} needs a CRS and one band of class codes "
-                             f"(has {src.count} bands, CRS {src.crs})")
+    with open_reference_raster(reference, holds="classes") as src:
         rx, ry = Transformer.from_crs(crs, src.crs.to_wkt(), always_xy=True).transform(x, y)
         rows, cols = rasterio.transform.rowcol(src.transform, np.asarray(rx), np.asarray(ry))
         rows, cols = np.asarray(rows), np.asarray(cols)

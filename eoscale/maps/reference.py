@@ -39,6 +39,7 @@ from eoscale.maps.classmap import (
     class_index,
     count_classes,
 )
+from eoscale.maps.reference_raster import crs_name, open_reference_raster
 from eoscale.maps.samplefile import ASSESSMENT, REFERENCE, SET, design_of, read_design
 
 VECTOR_SUFFIXES = (".csv", ".gpkg", ".geojson", ".json", ".fgb", ".shp")
@@ -220,20 +221,11 @@ def _on_map(cmap: ClassMap, path: Path, x: np.ndarray, y: np.ndarray, crs: str) 
     inside = np.isfinite(col) & np.isfinite(row) & (col >= 0) & (col < cmap.width) & (row >= 0) & (row < cmap.height)
     if not inside.any():
         raise InputError(f"no point of {str(path)!r} falls on the map {str(cmap.path)!r}: the sample (CRS "
-                         f"{_crs_name(crs)}) does not overlap the map; check its coordinates and CRS")
+                         f"{crs_name(crs)}) does not overlap the map; check its coordinates and CRS")
     if not inside.all():
         raise InputError(f"{int((~inside).sum())} of {len(inside)} points of {str(path)!r} fall outside the map "
                          f"{str(cmap.path)!r}: remove them, or assess the map they were drawn from")
     return row.astype(np.int64), col.astype(np.int64)
-
-
-def _crs_name(crs: str) -> str:
-    from pyproj import CRS
-
-    try:
-        return CRS.from_user_input(crs).to_string()
-    except Exception:
-        return crs[:60]
 
 
 def _design_areas(cmap: ClassMap, record: dict, path: Path) -> ClassAreas:
@@ -274,26 +266,8 @@ def check_class_reference(path: str | Path) -> None:
 # -- a reference raster (census) -------------------------------------------------------------------------------
 def census_reference(cmap: ClassMap, path: Path) -> Reference:
     from rasterio.vrt import WarpedVRT
-    from rasterio.warp import transform_bounds
 
-    try:
-        src = rasterio.open(path)
-    except rasterio.errors.RasterioIOError as err:
-        raise InputError(f"reference {str(path)!r} is neither a sample (.csv, .gpkg) nor a readable raster "
-                         f"({str(err).splitlines()[0]})") from None
-    with src:
-        if src.crs is None:
-            raise InputError(f"reference raster {str(path)!r} has no CRS: it cannot be placed on the map")
-        if src.count != 1:
-            raise InputError(f"reference raster {str(path)!r} has {src.count} bands: a reference has one band of class codes")
-        try:
-            left, bottom, right, top = transform_bounds(src.crs, cmap.crs, *src.bounds, densify_pts=21)
-        except Exception:
-            left = bottom = right = top = float("nan")
-        m_left, m_bottom, m_right, m_top = cmap.bounds
-        if not (left < m_right and right > m_left and bottom < m_top and top > m_bottom):
-            raise InputError(f"reference raster {str(path)!r} ({src.crs.to_string()}) does not overlap the map "
-                             f"{str(cmap.path)!r} ({cmap.crs.to_string()}): check that it covers the same ground")
+    with open_reference_raster(path, holds="classes", other_inputs="a sample (.csv, .gpkg)", over=cmap) as src:
         options = dict(crs=cmap.crs, transform=cmap.transform, width=cmap.width, height=cmap.height,
                        resampling=Resampling.nearest)
         options.update(dict(src_nodata=src.nodata, nodata=src.nodata) if src.nodata is not None else dict(add_alpha=True))

@@ -27,7 +27,8 @@ from rasterio.enums import Resampling
 from eoscale.contract import DEFAULT_TARGET, TARGET_TAG
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.maps.classmap import STRIP_PIXELS, grid_bounds
-from eoscale.maps.reference import VECTOR_SUFFIXES, _crs_name, _on_map, _points_xy, _read_points
+from eoscale.maps.reference import VECTOR_SUFFIXES, _on_map, _points_xy, _read_points
+from eoscale.maps.reference_raster import open_reference_raster
 
 VALUE_COLUMNS = ("value", "reference")
 SCATTER_PAIRS = 100_000  # pairs of a raster reference kept (a seeded random subset) for the scatter plot
@@ -133,30 +134,10 @@ def point_reference(vmap: ValueMap, path: Path, *, crs: str | None) -> ValuePair
 
 def raster_reference(vmap: ValueMap, path: Path) -> ValuePairs:
     from rasterio.vrt import WarpedVRT
-    from rasterio.warp import transform_bounds
     from rasterio.windows import Window
 
-    try:
-        src = rasterio.open(path)
-    except rasterio.errors.RasterioIOError as err:
-        raise InputError(f"reference {str(path)!r} is neither a point file ({', '.join(VECTOR_SUFFIXES)}) nor a "
-                         f"readable raster ({str(err).splitlines()[0]})") from None
-    with src:
-        if src.crs is None:
-            raise InputError(f"reference raster {str(path)!r} has no CRS: it cannot be placed on the map")
-        if src.count != 1:
-            raise InputError(f"reference raster {str(path)!r} has {src.count} bands: a reference has one band of values")
-        if _has_colours(src) or (src.tags().get(TARGET_TAG) or "values") != "values":
-            raise InputError(f"reference raster {str(path)!r} holds classes (a colour table or class tags), not values: "
-                             "assess a value map against measured values, or a class map against this raster")
-        try:
-            left, bottom, right, top = transform_bounds(src.crs, vmap.crs, *src.bounds, densify_pts=21)
-        except Exception:
-            left = bottom = right = top = float("nan")
-        m_left, m_bottom, m_right, m_top = vmap.bounds
-        if not (left < m_right and right > m_left and bottom < m_top and top > m_bottom):
-            raise InputError(f"reference raster {str(path)!r} ({_crs_name(src.crs.to_wkt())}) does not overlap the "
-                             f"map {str(vmap.path)!r}: check that it covers the same ground")
+    others = f"a point file ({', '.join(VECTOR_SUFFIXES)})"
+    with open_reference_raster(path, holds="values", other_inputs=others, over=vmap) as src:
         finer = abs(src.transform.a) * abs(src.transform.e) < abs(vmap.transform.a) * abs(vmap.transform.e) * 0.99
         nodata = src.nodata if src.nodata is not None else -9999.0
         options = dict(crs=vmap.crs, transform=vmap.transform, width=vmap.width, height=vmap.height,
@@ -194,14 +175,6 @@ def raster_reference(vmap: ValueMap, path: Path) -> ValuePairs:
                          "it does not overlap the map's valid pixels")
     return ValuePairs("census", path, np.concatenate(kept_p), np.concatenate(kept_r), sums=sums,
                       coverage=sums["n"] / max(valid_map, 1))
-
-
-def _has_colours(src: rasterio.io.DatasetReader) -> bool:
-    try:
-        src.colormap(1)
-        return True
-    except ValueError:
-        return False
 
 
 def _is_number(text: str) -> bool:
