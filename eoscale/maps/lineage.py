@@ -36,7 +36,8 @@ from eoscale.errors import InputError, InputNotFoundError
 
 LINEAGE_TAG = "EOSCALE_LINEAGE"
 FOUND, NOT_FOUND = "FOUND", "NOT FOUND"
-ITEM_SUFFIX, MAP_SUFFIX = "_item.json", "_landcover.tif"
+ITEM_SUFFIX = "_item.json"
+MAP_SUFFIXES = ("_landcover.tif", "_change.tif")  # maps whose Item is <scene>_item.json (a value map's: <name>_item.json)
 
 
 @dataclass
@@ -68,10 +69,22 @@ class Chain:
 
 
 def item_path(map_path: Path) -> Path:
-    """Where `eoscale predict` writes a map's STAC Item: `<scene>_item.json` beside `<scene>_landcover.tif`."""
+    """Where `eoscale predict` writes a map's STAC Item: `<scene>_item.json` beside `<scene>_landcover.tif` (or a
+    change map's `<scene>_change.tif`), `<scene>_values_item.json` beside `<scene>_values.tif`."""
     name = map_path.name
-    stem = name[: -len(MAP_SUFFIX)] if name.endswith(MAP_SUFFIX) else map_path.stem
+    suffix = next((s for s in MAP_SUFFIXES if name.endswith(s)), None)
+    stem = name[: -len(suffix)] if suffix else map_path.stem
     return map_path.with_name(stem + ITEM_SUFFIX)
+
+
+def map_asset(item: dict) -> dict:
+    """The Item's asset of the map itself: the one with the "data" role (`landcover`, `change` or `values`); an Item
+    without one is no eoscale map's (KeyError)."""
+    assets = item["assets"]
+    for key in ("landcover", "change", "values"):
+        if key in assets and "data" in (assets[key].get("roles") or ["data"]):
+            return assets[key]
+    return next(a for a in assets.values() if "data" in (a.get("roles") or []))
 
 
 def read_lineage(path: str | Path) -> tuple[Path, dict, Path | None, dict | None]:
@@ -85,9 +98,9 @@ def read_lineage(path: str | Path) -> tuple[Path, dict, Path | None, dict | None
         item_file = path
         try:
             item = json.loads(path.read_text())
-            href = item["assets"]["landcover"]["href"]
-        except (ValueError, KeyError, TypeError):
-            raise InputError(f"{str(path)!r} is not the STAC Item of an eoscale map (no 'landcover' asset)") from None
+            href = map_asset(item)["href"]
+        except (ValueError, KeyError, TypeError, StopIteration):
+            raise InputError(f"{str(path)!r} is not the STAC Item of an eoscale map (no asset of the map's data)") from None
         path = (item_file.parent / href).resolve() if not Path(href).is_absolute() else Path(href)
     else:
         candidate = item_path(path)
@@ -156,7 +169,10 @@ def _map_link(map_path: Path, item: dict | None) -> Link:
     if not map_path.is_file():
         return Link("map", str(map_path), MISSING)
     now = file_sha256(map_path)
-    recorded = checksum_of(((item or {}).get("assets") or {}).get("landcover") or {}) if item else None
+    try:
+        recorded = checksum_of(map_asset(item)) if item else None
+    except (KeyError, TypeError, StopIteration):
+        recorded = None
     status = UNKNOWN if recorded is None else OK if recorded == now else CHANGED
     return Link("map", str(map_path), status, recorded, now, "" if item else "no STAC Item beside it")
 

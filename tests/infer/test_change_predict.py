@@ -13,6 +13,7 @@ import torch
 from rio_cogeo.cogeo import cog_validate
 
 from eoscale.bands import SENTINEL2_NAMES
+from eoscale.catalog.digest import file_sha256
 from eoscale.cli import main
 from eoscale.contract import CONTRACT_KEY, BandContract
 from eoscale.raster.reader import SceneReader
@@ -60,7 +61,11 @@ def test_a_change_checkpoint_maps_each_place_from_its_two_dates(pairs, tmp_path)
             assert out.descriptions[0] == "change class code"
         assert not (tmp_path / "maps" / f"{sid}_after_change.tif").exists()
     item = json.loads((tmp_path / "maps" / "scene_000_item.json").read_text())
-    assert item["assets"]["landcover"]["href"].endswith("scene_000_change.tif")
+    assert item["id"] == "scene_000_change" and "landcover" not in item["assets"]
+    assert item["assets"]["change"]["href"].endswith("scene_000_change.tif")
+    assert item["assets"]["change"]["file:checksum"].endswith(file_sha256(tmp_path / "maps" / "scene_000_change.tif"))
+    # lineage finds the map's asset of a change map's Item, and the Item beside the map
+    assert main(["lineage", str(tmp_path / "maps" / "scene_000_change.tif"), "--json"]) == 0
 
     # the order scenes are given in does not matter: each place's dates are sorted by their metadata
     again = ["--input", str(scenes / "scene_00[0]*.tif")]  # a glob, as users give them

@@ -25,6 +25,7 @@ class ChangeWriter(ClassWriter):
 
     kind = "change"
     map_description = "change class code"
+    map_asset = "change"
     summary_column = "largest change classes"
     files_note = "change maps, quick-looks and area tables in {output}/ (<scene>_change.tif, _quicklook.png, _areas.csv)"
 

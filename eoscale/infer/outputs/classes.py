@@ -20,7 +20,7 @@ parts into COGs); the class map is renamed into place last.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +236,7 @@ class ClassWriter(OutputWriter):
 
     kind = "classes"
     map_description = "land-cover class code"  # the class COG's band description
+    map_asset = "landcover"  # the map's key among its STAC Item's assets
     summary_column = "largest classes"
     files_note = "maps, quick-looks and area tables in {output}/ (<scene>_landcover.tif, _quicklook.png, _areas.csv)"
 
@@ -297,15 +298,16 @@ class ClassWriter(OutputWriter):
         write_area_table(areas, partial(files.areas_csv), partial(files.areas_json))
         write_quicklook(partial(files.landcover), partial(files.quicklook), table, encoding, areas,
                         title=context.title)
-        assets = {"landcover": files.landcover, "confidence": files.confidence, "quicklook": files.quicklook,
+        assets = {self.map_asset: files.landcover, "confidence": files.confidence, "quicklook": files.quicklook,
                   "areas_csv": files.areas_csv, "areas_json": files.areas_json, "uncertainty": files.uncertainty,
                   "probabilities": files.probabilities}
-        checksums = {k: file_sha256(partial(assets[k])) for k in ("landcover", "confidence", "uncertainty",
+        checksums = {k: file_sha256(partial(assets[k])) for k in (self.map_asset, "confidence", "uncertainty",
                                                                    "probabilities") if assets[k] is not None}
         item = map_item(scene.id, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
                         table=table, dtype=encoding.dtype, nodata=encoding.nodata, files=assets,
                         lineage=context.lineage, areas=areas, confidence_nodata=CONFIDENCE_NODATA,
-                        checksums=checksums, assets=self.assets())
+                        checksums=checksums, assets=self.assets(), product=self.map_asset,
+                        title=None if self.map_asset == "landcover" else f"{self.map_asset} of {scene.id}")
         write_json(partial(files.item), to_json(item))
         return areas
 
@@ -326,6 +328,8 @@ class ClassWriter(OutputWriter):
         from eoscale.catalog.stac import AssetInfo, class_map_assets
 
         described = class_map_assets(self.encoding.dtype, self.encoding.nodata, CONFIDENCE_NODATA)
+        if self.map_asset != "landcover":
+            described[self.map_asset] = replace(described.pop("landcover"), title=f"{self.map_description}s")
         if self.uncertainty != "none":
             described["uncertainty"] = AssetInfo(DESCRIPTIONS[self.uncertainty], pystac.MediaType.COG, ["metadata"],
                                                  raster={"nodata": UNCERTAINTY_NODATA, "data_type": DataType.UINT8,
