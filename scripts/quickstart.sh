@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the embedded default data, end to end (pipelines/quickstart.yaml): synthetic Sentinel-2
-# scenes → a sharded Zarr tile store (scene 4 held out) → MAE pretraining (short) → LoRA fine-tuning → a
+# scenes → a sharded Zarr tile store (scene 4 held out) → a ResNet-18 + FPN trained on its labels → a
 # land-cover map of the held-out scene → its accuracy against the scene's truth → the runs compared in MLflow.
 # A few minutes on 2 CPU cores.
 # Everything lands in runs/quickstart/ (rerunning replaces it).
@@ -19,8 +19,7 @@ echo
 echo "done in $((SECONDS - started)) s:"
 echo "  scenes             $out/data/scenes/  (scene_004 was held out of the store)"
 echo "  tile store         $out/tiles.zarr  (eoscale info $out/tiles.zarr)"
-echo "  MAE backbone       $out/mae/checkpoints/backbone.safetensors"
-echo "  LoRA adapter       $out/lora/adapters/quickstart/  (checkpoints in $out/lora/checkpoints/)"
+echo "  model              $out/fit/checkpoints/last.ckpt  (ResNet-18 + FPN; eoscale predict --checkpoint …)"
 echo "  land-cover map     $out/maps/scene_004_landcover.tif  (Cloud-Optimized GeoTIFF; gdalinfo, QGIS)"
 echo "  confidence         $out/maps/scene_004_confidence.tif"
 echo "  quick-look         $out/maps/scene_004_quicklook.png"

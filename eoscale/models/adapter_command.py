@@ -1,9 +1,9 @@
 """`eoscale adapter list | merge`: the LoRA adapters a fit wrote, and folding one into a plain checkpoint.
 
-    eoscale adapter list runs/quickstart/lora
-    eoscale adapter merge --checkpoint runs/quickstart/lora/…/checkpoints/last.ckpt --adapter quickstart \\
-        --output runs/quickstart/quickstart-merged.ckpt
-    eoscale predict --checkpoint runs/quickstart/quickstart-merged.ckpt --input scene.tif --output maps/
+    eoscale adapter list runs/lora                       # after configs/lora_finetune.yaml (docs/how-to/pretraining.md)
+    eoscale adapter merge --checkpoint runs/lora/…/checkpoints/last.ckpt --adapter quickstart \\
+        --output runs/lora/quickstart-merged.ckpt
+    eoscale predict --checkpoint runs/lora/quickstart-merged.ckpt --input scene.tif --output maps/
 
 `list` reads `<ROOT>/adapters/*/` (`eoscale.models.lora`): rank, alpha, targets, size on disk, the backbone
 and the band contract of the store each adapter was trained on.

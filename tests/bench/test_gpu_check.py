@@ -52,3 +52,67 @@ def test_bench_gpu_without_cuda_is_one_line(tmp_path: Path, capsys):
         pytest.skip("this machine has CUDA")
     assert main(["bench", "gpu", str(tmp_path), "--device", "cuda"]) == 2
     assert "--device cuda: no CUDA device is visible" in capsys.readouterr().err
+
+
+# an `eoscale` that records each command line and runs nothing: what the script would run at a GPU's size
+FAKE_EOSCALE = "#!/usr/bin/env bash\n{ printf '%s\\t' \"$@\"; echo; } >> \"$EOSCALE_CALLS\"\n"
+
+
+def _parse(argv: list[str]):
+    """One `eoscale …` command line through the command's own parser (an unknown option exits 2)."""
+    import argparse
+    import importlib
+
+    from eoscale.bench.command import BENCHMARKS
+    from eoscale.cli import COMMANDS
+
+    name, rest = argv[0], argv[1:]
+    module = COMMANDS[name][0]
+    if name == "bench":
+        module, rest = BENCHMARKS[rest[0]][0], rest[1:]
+    parser = argparse.ArgumentParser(prog=f"eoscale {name}")
+    importlib.import_module(module).configure(parser)
+    if name == "bench":
+        parser.add_argument("--record")  # as eoscale.bench.command adds it to every benchmark
+    return parser.parse_args(rest)
+
+
+def test_adapters_only_runs_the_decisive_experiment_at_the_gpu_budget(tmp_path: Path):
+    repo, bin_ = tmp_path / "repo", tmp_path / "bin"  # a checkout without .venv: the recording eoscale is found
+    (repo / "scripts").mkdir(parents=True)
+    bin_.mkdir()
+    (repo / "scripts" / "gpu-check.sh").write_text((ROOT / "scripts" / "gpu-check.sh").read_text())
+    (bin_ / "eoscale").write_text(FAKE_EOSCALE)
+    (bin_ / "eoscale").chmod(0o755)
+    calls = tmp_path / "calls.txt"
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(PATH=f"{bin_}:{env['PATH']}", EOSCALE_CALLS=str(calls))
+    done = subprocess.run(["bash", str(repo / "scripts" / "gpu-check.sh"), "--adapters-only", "--out", "check"],
+                          cwd=tmp_path, env=env, text=True, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "gpu-check: done: figures in benchmarks/adapters.json" in done.stdout
+    argvs = [line.split("\t")[:-1] for line in calls.read_text().splitlines()]
+    assert [a[0] for a in argvs] == ["synth"] * 3 + ["ingest"] * 3 + ["bench"]  # steps 1-5 not run
+    synth, ingest, (bench,) = [_parse(a) for a in argvs[:3]], [_parse(a) for a in argvs[3:6]], [_parse(a) for a in argvs[6:]]
+    assert sorted((s.scenes, s.seed, s.size) for s in synth) == [(3, 300, 640), (10, 200, 640), (30, 100, 640)]
+    unlabelled, labelled, heldout = ingest
+    assert unlabelled.labels is None and labelled.labels and heldout.labels
+    assert heldout.split == (0.0, 0.0, 1.0) and {i.tile_size for i in ingest} == {64}
+    assert (bench.mae_steps, bench.mae_batch_size, bench.steps) == (3000, 128, 300)
+    assert sorted(bench.methods) == ["full", "linear", "lora", "scratch"] and bench.fractions == [1, 0.1, 0.01]
+    assert (bench.pretrain_store, bench.heldout, bench.store) == ("check/unlab.zarr", "check/held.zarr", "check/lab.zarr")
+    assert bench.record == "benchmarks" and bench.threads == 0
+
+
+@pytest.mark.slow
+def test_adapters_only_runs_on_the_cpu_at_a_tiny_size(tmp_path: Path):
+    out, record = tmp_path / "check", tmp_path / "benchmarks"
+    done = _check("--adapters-only", "--device", "cpu", "--size", "tiny", "--out", str(out), "--record", str(record),
+                  cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "gpu-check: done" in done.stdout and not (record / "gpu-cpu.json").exists()
+    (figures,) = json.loads((record / "adapters.json").read_text())
+    assert figures["recipe"] == "tiny" and figures["mae"]["steps"] == 2
+    assert figures["mae"]["store"] == str(out / "unlab.zarr") and figures["heldout"] == str(out / "held.zarr")
+    lora = figures["runs"]["1"]["lora"]
+    assert 0 <= lora["heldout"]["miou"] <= 1 and lora["heldout"]["tiles"] > 0

@@ -49,12 +49,13 @@ def test_every_shipped_pipeline_loads_and_renders_on_every_profile(path, profile
 def test_the_quickstart_pipeline_dry_run(capsys):
     assert main(["pipeline", "run", str(ROOT / "pipelines" / "quickstart.yaml"), "--dry-run"]) == 0
     lines = capsys.readouterr().err.splitlines()
-    assert [ln.split(":")[0] for ln in lines] == ["== 1/7 synth", "== 2/7 ingest", "== 3/7 pretrain", "== 4/7 lora",
-                                                  "== 5/7 predict", "== 6/7 assess", "== 7/7 compare"]
-    assert "eoscale pretrain --config configs/mae_pretrain.yaml --config configs/quickstart/pretrain.yaml" in lines[2]
-    assert "eoscale fit --config configs/lora_finetune.yaml --config configs/quickstart/lora.yaml" in lines[3]
-    assert "--input runs/quickstart/data/scenes/scene_004.tif" in lines[4]  # the scene ingest left out
-    assert "--reference runs/quickstart/data/labels/scene_004_landcover.tif" in lines[5]  # against its truth
+    assert [ln.split(":")[0] for ln in lines] == ["== 1/6 synth", "== 2/6 ingest", "== 3/6 fit", "== 4/6 predict",
+                                                  "== 5/6 assess", "== 6/6 compare"]
+    assert "eoscale fit --config configs/resnet18_seg.yaml --config configs/quickstart/fit.yaml" in lines[2]
+    # predict maps the held-out scene, which ingest left out, with the checkpoint the fit step wrote
+    assert "--checkpoint runs/quickstart/fit/checkpoints/last.ckpt" in lines[3]
+    assert "--input runs/quickstart/data/scenes/scene_004.tif" in lines[3]
+    assert "--reference runs/quickstart/data/labels/scene_004_landcover.tif" in lines[4]  # against its truth
 
 
 def test_steps_run_here_in_order(tmp_path, monkeypatch):

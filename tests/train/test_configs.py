@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from eoscale.train.cli import EoscaleCLI
 
@@ -15,9 +16,8 @@ MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if p not in OPTIONS)
 # instantiated here, not fast-dev-run (issue 17: "the large configs are parse-tested")
 LARGE_CONFIGS = {CONFIGS / "vit_l16_seg.yaml", CONFIGS / "mae_vit_h14_pretrain.yaml"}
 FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
-# overlays of one config each: the quick start's small versions (pipelines/quickstart.yaml)
-OVERLAYS = {CONFIGS / "quickstart" / "pretrain.yaml": CONFIGS / "mae_pretrain.yaml",
-            CONFIGS / "quickstart" / "lora.yaml": CONFIGS / "lora_finetune.yaml"}
+# overlays of one config each: the quick start's recipe (pipelines/quickstart.yaml)
+OVERLAYS = {CONFIGS / "quickstart" / "fit.yaml": CONFIGS / "resnet18_seg.yaml"}
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +54,16 @@ def test_the_profile_fragment_is_the_profile_flag(store: Path, tmp_path: Path):
 def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path):
     cli = EoscaleCLI(args=["--config", str(OVERLAYS[overlay]), "--config", str(overlay), "--data.init_args.store",
                            str(store), "--trainer.default_root_dir", str(tmp_path)], run=False)
-    assert cli.model.hparams.backbone == "vit_tiny_patch16_224"
-    assert cli.trainer.max_steps == 150
+    # the overlay names every setting its measured recipe depends on, so the base config's defaults can move
+    # (class weights, loss, the spectral MLP) without changing the quick start
+    recipe = yaml.safe_load(overlay.read_text())
+    assert {k: cli.model.hparams[k] for k in recipe["model"]["init_args"]} == recipe["model"]["init_args"]
+    assert cli.trainer.max_steps == recipe["trainer"]["max_steps"]
+    if overlay.name == "fit.yaml":
+        hparams = cli.model.hparams
+        assert (hparams.backbone, hparams.weights, hparams.loss, hparams.class_weights, hparams.spectral_mlp) == (
+            "resnet18", None, "ce", False, 0)
+        assert cli.datamodule.batch_size == 16 and cli.trainer.max_steps == 600
 
 
 @pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.stem if p else "single")
