@@ -42,7 +42,7 @@ from eoscale.classes import IGNORE_INDEX
 
 RECIPE = {"backbone": "resnet18", "n_head": 4, "d_k": 4, "d_model": 64, "decoder_channels": 32, "lr": 1e-3,
           "weight_decay": 0.01, "warmup_fraction": 0.1, "batch_size": 8, "class_weights": "none",
-          "out_indices": None}  # None: the backbone's last 4 levels (strides 4-32; L-TAE at stride 32)
+          "out_indices": [1, 2, 3]}  # ResNet-18's strides 4, 8, 16: L-TAE at stride 16 (configs/temporal_utae.yaml)
 GOAL = 0.10  # seasonal-class val mIoU, temporal model over the best single date
 
 
@@ -200,9 +200,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         kind = str if key == "class_weights" else type(RECIPE[key])
         parser.add_argument(f"--{key.replace('_', '-')}", type=kind, default=RECIPE[key],
                             help=f"the networks' {key} (default: %(default)s)")
-    parser.add_argument("--out-indices", type=lambda text: [int(i) for i in text.split(",")], default=None,
-                        metavar="I,J,…", help="the backbone levels the networks use, e.g. 1,2,3: L-TAE attends at "
-                        "the coarsest (default: the last four, strides 4 to 32)")
+    parser.add_argument("--out-indices", type=lambda text: [int(i) for i in text.split(",")],
+                        default=RECIPE["out_indices"], metavar="I,J,…",
+                        help="the backbone levels the networks use; L-TAE attends at the coarsest (default: 1,2,3, "
+                        "strides 4 to 16; 1,2,3,4 adds stride 32)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -177,7 +177,7 @@ class UTAE(nn.Module):
         """The backbone's maps (B*T, C, h, w) of every date, computed on the valid dates only: a masked date (no
         observation, padding, dropped) takes no part in the batch statistics of the backbone's BatchNorm layers
         (its maps are zeros, which L-TAE and the skips weigh 0)."""
-        if bool(valid.all()) or not bool(valid.any()):
+        if images.device.type == "meta" or bool(valid.all()) or not bool(valid.any()):  # (meta: `eoscale plan`)
             return self.backbone(images)
         kept = self.backbone(images[valid])
         out = []
