@@ -21,6 +21,7 @@ BENCHMARKS = {
     "launchers": ("eoscale.bench.launchers", "the same config on 2 workers under torchrun and Ray Train: steady-state samples/s ratio, start-up overhead"),
     "serve": ("eoscale.bench.serve", "Triton server (eoscale serve) throughput against the in-process forward at batch 16; 1-window latency; 1/4/16 clients"),
     "strategies": ("eoscale.bench.strategies", "DDP, FSDP2, ZeRO-2, ZeRO-3 at W=2 on one ViT-S: per-rank state bytes and step time ÷ DDP's, eoscale plan's prediction beside each"),
+    "temporal": ("eoscale.bench.temporal", "a synthetic season: the temporal model (U-TAE) on the stack vs the same network on the best single date vs a per-pixel random forest on the stacked series and on one date, val mIoU over all and the seasonal classes at equal steps"),
     "train": ("eoscale.bench.train", "fit vs a plain PyTorch loop, DDP 2×1 vs 1×1 samples/s, FSDP2 vs DDP per-rank memory"),
 }
 

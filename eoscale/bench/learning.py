@@ -3,11 +3,16 @@
 On any labelled tile store (any bands, class table and split), the two models an analyst compares, each through
 `eoscale fit`: the forest (`configs/forest.yaml`, `eoscale.train.tasks.forest`) and the network (the default
 recipe, `configs/resnet18_seg.yaml`, or `--config`, with `--fit-args` for a variant) for a fixed CPU budget
-(`--minutes`). Both checkpoints (the network's best by val mIoU, the one `predict` takes) are scored by the same
-code on every valid pixel of the store's val split: mIoU, and per class the IoU, the producer's accuracy and the
-share of the pixels. Any warning of the fit about a class never predicted is kept in the record.
+(`--minutes`). Both checkpoints (the network's best by val mIoU, the one `predict` takes from a run's folder) are
+scored by the same code on every valid pixel of the store's val split: mIoU, and per class the IoU, the producer's
+accuracy and the share of the pixels. Any warning of the fit about a class never mapped is kept in the record, and
+each class of at least 0.1 % of the val pixels that the scored network never maps right is checked to have one.
 
     eoscale bench learning runs/tiles.zarr --minutes 5 --label default --record benchmarks
+    eoscale bench learning runs/tiles.zarr --seeds 0,1,2          # three fits of each model (their seeds)
+    eoscale bench learning --synthetic runs/imb --seeds 0,1,2     # three synthetic imbalanced sets (issue 38)
+
+With several seeds the record holds one result a seed and the network's gain over the forest on each.
 """
 
 from __future__ import annotations
@@ -77,20 +82,15 @@ def fit_forest(store: str, work: Path, *, config: str, extra: list[str]) -> dict
     started = time.perf_counter()
     _run_fit(argv)
     seconds = time.perf_counter() - started
-    checkpoint = _checkpoint(work / "forest", best=False)
     return {"model": f"random forest ({config})", "fit_args": extra, "wall_seconds": seconds,
-            **score_checkpoint(checkpoint, store)}
+            **score_checkpoint(_checkpoint(work / "forest"), store)}
 
 
-def _checkpoint(root: Path, *, best: bool) -> Path:
-    """The run's best-val_miou checkpoint (`best`), else its last one."""
-    found = sorted(root.rglob("*.ckpt"))
-    chosen = [p for p in found if not p.name.startswith("last")] if best else [p for p in found if p.name == "last.ckpt"]
-    if not chosen:
-        chosen = found
-    if not chosen:
-        raise RuntimeError(f"the fit wrote no checkpoint under {root}")
-    return max(chosen, key=lambda p: p.stat().st_mtime)
+def _checkpoint(root: Path) -> Path:
+    """The checkpoint `predict` takes from the run under `root`: its best by the monitored metric, else its last."""
+    from eoscale.models.checkpoint import run_checkpoint
+
+    return run_checkpoint(root)[0]
 
 
 def _fit_argv(store: str, root: Path, *, config: str, extra: list[str], batch: int, workers: int,
@@ -140,10 +140,26 @@ def fit_network(store: str, work: Path, *, config: str, extra: list[str], minute
     rows = [row for path in (work / "fit").rglob("metrics.csv") for row in csv.DictReader(path.open())]
     history = _series(rows, "val_miou")
     warnings = [line.strip() for line in output.splitlines() if "producer's accuracy 0" in line]
+    stopped = [line.strip() for line in output.splitlines() if line.startswith("early stopping at step")]
+    checkpoint = _checkpoint(work / "fit")
+    scored = score_checkpoint(checkpoint, store, batch_size=batch)
     return {"model": f"network ({config})", "fit_args": extra, "minutes": minutes,
             "seconds_per_step_calibrated": seconds_per_step, "calibration_steps": calibration_steps,
             "max_steps": steps, "validate_every": every, "wall_seconds": wall, "val_miou_history": history,
-            "fit_warnings": warnings, **score_checkpoint(_checkpoint(work / "fit", best=True), store, batch_size=batch)}
+            "checkpoint": checkpoint.name, "early_stopping": stopped[0] if stopped else None,
+            "fit_warnings": warnings, **scored, **missed_classes(scored["val_classes"], warnings)}
+
+
+def missed_classes(classes: dict, warnings: list[str]) -> dict:
+    """The classes of at least `MISSED_CLASS_SHARE` of the val pixels that the scored model never maps right
+    (producer's accuracy 0), and those of them no warning of the fit names: the issue's "no such class without a
+    warning in the run"."""
+    from eoscale.train.tasks.segmentation import MISSED_CLASS_SHARE
+
+    missed = [name for name, row in classes.items()
+              if row["pixel_share"] >= MISSED_CLASS_SHARE and row["producer_accuracy"] == 0]
+    return {"missed_classes": missed,
+            "missed_classes_unwarned": [name for name in missed if not any(f"{name!r}" in w for w in warnings)]}
 
 
 def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
@@ -152,8 +168,22 @@ def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help="a labelled tile store (e.g. runs/quickstart/tiles.zarr): any "
-                        "bands, class table and split")
+    parser.add_argument("store", metavar="STORE", nargs="?", help="a labelled tile store (e.g. runs/quickstart/tiles.zarr): "
+                        "any bands, class table and split")
+    parser.add_argument("--synthetic", metavar="FOLDER", default=None,
+                        help="instead of STORE: one small, imbalanced synthetic set a seed (eoscale.synth.imbalanced: "
+                        "4 bands, 8 classes, two of them ~90 %% of the pixels, rare ones under 1 %%, labels off at "
+                        "boundaries), written and ingested into FOLDER/seed<N>/; the fits keep their configs' seeds")
+    parser.add_argument("--seeds", default=None, metavar="N,N,...",
+                        help="seeds, comma-separated: with --synthetic, the sets'; with STORE, the fits' (seed_everything "
+                        "and the forest's seed), each seed a fit of both models on the store (default: one run, the "
+                        "configs' seeds; with --synthetic, 0)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="with --synthetic: bench the sets already written in FOLDER (checked against the asked "
+                        "--scenes/--size/--tile-size) instead of refusing the folder")
+    parser.add_argument("--scenes", type=int, default=2, help="with --synthetic: scenes a set (default: 2)")
+    parser.add_argument("--size", type=int, default=384, help="with --synthetic: a scene's side in px (default: 384)")
+    parser.add_argument("--tile-size", type=int, default=64, help="with --synthetic: the ingest's tiles (default: 64)")
     parser.add_argument("--minutes", type=float, default=10.0, help="CPU training budget of the network (default: 10)")
     parser.add_argument("--config", default="configs/resnet18_seg.yaml",
                         help="the network's fit config (default: configs/resnet18_seg.yaml, the default recipe)")
@@ -173,30 +203,48 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="validate every N steps; the fit runs a whole number of them (default: 100)")
 
 
-def run(args: argparse.Namespace) -> int:
-    import shlex
-
-    from eoscale.bench.record import record
-    from eoscale.data import read_store_attrs
-
-    read_store_attrs(args.store)
+def _check(args: argparse.Namespace) -> list[int] | None:
+    """The seeds asked for (None: one run as the configs say), after checking the options: one line if wrong."""
     from eoscale.bench.train import WARMUP_STEPS
+    from eoscale.errors import InputError
 
     if args.calibration_steps <= WARMUP_STEPS or args.validate_every < 1 or args.minutes <= 0:
-        from eoscale.errors import InputError
-
         raise InputError(f"need --minutes > 0, --calibration-steps > {WARMUP_STEPS} (its first {WARMUP_STEPS} are not "
                          f"timed) and --validate-every >= 1; got {args.minutes:g}, {args.calibration_steps} and "
                          f"{args.validate_every}")
+    if (args.store is None) == (args.synthetic is None):
+        raise InputError("give a tile store (STORE) or --synthetic FOLDER, one of them")
+    if args.reuse and args.synthetic is None:
+        raise InputError("--reuse keeps the sets of --synthetic FOLDER: give --synthetic, or drop --reuse")
+    if args.seeds is None:
+        return [0] if args.synthetic else None
+    try:
+        seeds = [int(word) for word in args.seeds.split(",") if word.strip()]
+    except ValueError:
+        raise InputError(f"--seeds {args.seeds!r} is not comma-separated whole numbers (e.g. 0,1,2)") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise InputError(f"--seeds {args.seeds!r}: give distinct seeds >= 0, e.g. 0,1,2")
+    return seeds
+
+
+def bench_store(store: str, args: argparse.Namespace, *, fit_seed: int | None = None) -> dict:
+    """Both models fitted on `store` and scored; `fit_seed` seeds both fits (None: their configs' seeds)."""
+    import shlex
+
+    seeded = [] if fit_seed is None else ["--seed_everything", str(fit_seed)]
+    forest_extra = shlex.split(args.forest_args) + ([] if fit_seed is None else ["--model.init_args.seed", str(fit_seed)])
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-learning-") as tmp:
-        print(f"random forest: eoscale fit --config {args.forest_config} …")
-        forest = fit_forest(args.store, Path(tmp), config=args.forest_config, extra=shlex.split(args.forest_args))
+        print(f"random forest: eoscale fit --config {args.forest_config} {shlex.join(forest_extra)} …")
+        forest = fit_forest(store, Path(tmp), config=args.forest_config, extra=seeded + forest_extra)
         print(f"  val mIoU {forest['val_miou']:.3f}, accuracy {forest['val_accuracy']:.3f}")
-        print(f"network: eoscale fit --config {args.config} {args.fit_args} for {args.minutes:g} min …")
-        network = fit_network(args.store, Path(tmp), config=args.config, extra=shlex.split(args.fit_args),
-                              minutes=args.minutes, batch=args.batch_size, workers=args.workers,
-                              calibration_steps=args.calibration_steps, validate_every=args.validate_every)
-    print(f"  val mIoU {network['val_miou']:.3f} (best checkpoint), accuracy {network['val_accuracy']:.3f}")
+        extra = seeded + shlex.split(args.fit_args)
+        print(f"network: eoscale fit --config {args.config} {shlex.join(extra)} for {args.minutes:g} min …")
+        network = fit_network(store, Path(tmp), config=args.config, extra=extra, minutes=args.minutes,
+                              batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
+                              validate_every=args.validate_every)
+    print(f"  val mIoU {network['val_miou']:.3f} ({network['checkpoint']}), accuracy {network['val_accuracy']:.3f}")
+    if network["early_stopping"]:
+        print(f"  {network['early_stopping']}")
     print(f"  {'class':<24} {'share':>7} {'forest IoU':>10} {'network IoU':>11} {'network PA':>10}")
     for name, row in network["val_classes"].items():
         def text(v):
@@ -205,10 +253,47 @@ def run(args: argparse.Namespace) -> int:
               f"{text(row['iou']):>11} {text(row['producer_accuracy']):>10}")
     for line in network["fit_warnings"]:
         print(f"  fit warned: {line}")
+    for name in network["missed_classes_unwarned"]:
+        print(f"  NOT WARNED: {name!r} has producer's accuracy 0 and no warning of the fit names it")
     gain = network["val_miou"] - forest["val_miou"]
     print(f"network - forest: {gain:+.3f} val mIoU")
-    figures = {"label": args.label, "store": os.path.abspath(args.store), "forest": forest, "network": network,
-               "miou_gain_over_forest": gain}
+    return {"store": os.path.abspath(store), "forest": forest, "network": network, "miou_gain_over_forest": gain}
+
+
+def run(args: argparse.Namespace) -> int:
+    from eoscale.bench.record import record
+
+    seeds = _check(args)
+    if args.synthetic is None:
+        from eoscale.data import read_store_attrs
+
+        read_store_attrs(args.store)
+    if seeds is None:  # one run on the store, the configs' seeds
+        figures = {"label": args.label, **bench_store(args.store, args)}
+    else:
+        results = []
+        for seed in seeds:
+            if args.synthetic is not None:
+                from eoscale.bench.learning_sets import SetSpec, imbalanced_store
+
+                spec = SetSpec(seed, scenes=args.scenes, size=args.size, tile_size=args.tile_size)
+                store, shares = imbalanced_store(args.synthetic, spec, reuse=args.reuse)
+                print(f"seed {seed}: synthetic imbalanced set {store} "
+                      f"({', '.join(f'{k} {v:.1%}' for k, v in shares.items())})")
+                results.append({"seed": seed, **bench_store(str(store), args), "class_shares": shares})
+            else:
+                print(f"seed {seed}: fits seeded {seed} on {args.store}")
+                results.append({"seed": seed, **bench_store(args.store, args, fit_seed=seed)})
+        gains = [r["miou_gain_over_forest"] for r in results]
+        print("seed  forest  network  gain")
+        for r in results:
+            print(f"{r['seed']:>4}  {r['forest']['val_miou']:.3f}   {r['network']['val_miou']:.3f}   "
+                  f"{r['miou_gain_over_forest']:+.3f}")
+        figures = {"label": args.label,
+                   "seeds_of": "synthetic sets" if args.synthetic is not None else "fits", "seeds": seeds,
+                   **({"synthetic": {"folder": os.path.abspath(args.synthetic), "scenes": args.scenes,
+                                     "size": args.size, "tile_size": args.tile_size}} if args.synthetic else {}),
+                   "runs": results, "miou_gain_over_forest_per_seed": gains, "miou_gain_over_forest_min": min(gains)}
     if args.record:
         print(f"recorded in {record('learning', figures, directory=args.record)}")
     return 0

@@ -30,7 +30,9 @@ without the shared-memory handover. A store of T > 1 dates a tile gives "image" 
 same per-band statistics on every date; a date without observations reads 0), "date_valid" float32 (B, T), each
 date's share of pixels with data (0: a masked step, which models leave out) and "dates" int64 (B, T), days since
 1970-01-01 (`eoscale.data.stream.NO_DATE` where unknown); training may drop dates (`date_dropout`) and keep
-`max_dates` of them a tile; every date of a tile turns alike. Images are normalised with the store's per-band mean and std (of the chosen
+`max_dates` of them a tile; every date of a tile turns alike. `date_step=k` reads such a store as a single-date one:
+step k of every tile, 4-D batches as of a one-date store (its pixels without data on that date read 0), so a
+single-date model can be fitted on any one date of a season (`eoscale bench temporal`). Images are normalised with the store's per-band mean and std (of the chosen
 bands); a pixel without data (the store's nodata in every band) reads 0 in every band and `ignore_index` in the
 label. Training
 tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label: the
@@ -123,8 +125,11 @@ class TileDataModule(LightningDataModule):
         target: str = "classes",
         date_dropout: float = 0.0,
         max_dates: int | None = None,
+        date_step: int | None = None,
     ) -> None:
         super().__init__()
+        if date_step is not None and (isinstance(date_step, bool) or not isinstance(date_step, int) or date_step < 0):
+            raise InputError(f"date_step must be a step index of the store's dates (0 or more), got {date_step!r}")
         if not 0 <= date_dropout < 1:
             raise InputError(f"date_dropout must be at least 0 and less than 1, got {date_dropout}")
         if max_dates is not None and max_dates < 1:
@@ -158,6 +163,7 @@ class TileDataModule(LightningDataModule):
         self.target = target
         self.date_dropout = float(date_dropout)
         self.max_dates = max_dates
+        self.date_step = date_step
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
@@ -191,8 +197,19 @@ class TileDataModule(LightningDataModule):
 
     @property
     def time_steps(self) -> int:
-        """The dates a tile of the store holds (T; 1: a single-date store, whose batches are 4-D)."""
-        return time_steps(self.attrs)
+        """The dates a tile of the batches holds (T; 1: a single-date store, or one step of a season with
+        `date_step`, whose batches are 4-D)."""
+        steps = self.store_time_steps  # (a date_step outside the store's steps is refused there)
+        return 1 if self.date_step is not None else steps
+
+    @property
+    def store_time_steps(self) -> int:
+        """The dates a tile of the store holds."""
+        steps = time_steps(self.attrs)
+        if self.date_step is not None and self.date_step >= steps:
+            raise InputError(f"date_step={self.date_step} is not a step of tile store {self.store!r}, which holds "
+                             f"{steps} date(s) a tile: choose one of 0 to {steps - 1}")
+        return steps
 
     @property
     def band_names(self) -> list[str]:
@@ -329,6 +346,14 @@ class TileDataModule(LightningDataModule):
         `on_after_batch_transfer`; call it yourself when iterating a dataloader by hand (after `.to(device)`, so
         that the conversion and the turns run there)."""
         out = dict(batch)
+        if self.date_step is not None and out.get("image") is not None and out["image"].ndim == 5:
+            # one step of a season (`date_step`): a single-date batch, masked where that date has no data
+            k = self.date_step
+            out["image"] = out["image"][:, k]
+            step_valid = out.pop("date_valid")[:, k]  # a masked step reads 0, as a pixel without data does
+            out.pop("dates", None)
+        else:
+            step_valid = None
         pick = out.pop("date_pick", None)
         if pick is not None:  # training's chosen dates of each tile, in time order (`TileStream`, max_dates)
             out["image"] = out["image"][torch.arange(len(pick), device=pick.device)[:, None], pick]
@@ -351,6 +376,8 @@ class TileDataModule(LightningDataModule):
             keep = x.amax(dim=-3, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=-3, keepdim=True)
             if x.ndim == 5:  # several dates (B, T, C, H, W): a date without observations (or dropped) reads 0 too
                 keep = keep & (out["date_valid"] > 0)[:, :, None, None, None]
+            elif step_valid is not None:
+                keep = keep & (step_valid > 0)[:, None, None, None]
             # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0);
             # the per-band (1, C, 1, 1) statistics broadcast over the dates alike
             out["image"] = x.sub_(mean).mul_(scale).mul_(keep)
@@ -382,7 +409,8 @@ class TileDataModule(LightningDataModule):
             augment=train and self.augment, seed=self.seed, shuffle_shards=self.shuffle_shards, rank=rank,
             world_size=world_size, direct_decode=self.direct_decode,
             **({"targets": True} if self.target == "values" else {}),
-            **({"date_dropout": self.date_dropout, "max_dates": self.max_dates} if self.time_steps > 1 else {}),
+            **({"date_dropout": self.date_dropout, "max_dates": self.max_dates}
+               if self.store_time_steps > 1 and self.date_step is None else {}),
         )
         if train and stream.tiles_per_rank < self.batch_size:
             subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""

@@ -3,6 +3,7 @@
 One process (GPU if there is one, else CPU)::
 
     eoscale predict --checkpoint runs/best.ckpt --input scenes/*.tif --output maps/
+    eoscale predict --checkpoint runs/resnet18_seg/<experiment>/<run> --input scenes/*.tif --output maps/  # its best
 
 Several processes on one machine (GPUs, or CPU processes), or under Slurm / torchrun (ranks from the
 environment; scenes are dealt to processes, or a scene's rows split among them when there are fewer)::
@@ -24,6 +25,7 @@ each Item (`eoscale:predict_run`). `eoscale lineage MAP` checks a map's chain ba
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from eoscale.infer import config as options
@@ -82,13 +84,19 @@ def _summarize_profile(output: Path) -> list[Path]:
 
 def _resolve_checkpoint(config: options.PredictConfig, run_options: options.RunOptions) -> options.PredictConfig:
     """A registered model's checkpoint file (`models:/NAME/VERSION`, `models:/NAME@ALIAS`, from --tracking-uri or
-    $MLFLOW_TRACKING_URI); with --server and no --checkpoint, the served model's checkpoint (for the lineage)."""
+    $MLFLOW_TRACKING_URI), a run folder's best checkpoint (`eoscale.models.checkpoint.run_checkpoint`); with
+    --server and no --checkpoint, the served model's checkpoint (for the lineage)."""
     from dataclasses import replace
 
     if config.checkpoint:
+        from eoscale.models.checkpoint import run_checkpoint
         from eoscale.track.registry import resolve_checkpoint
 
-        return replace(config, checkpoint=str(resolve_checkpoint(config.checkpoint, tracking_uri=run_options.tracking_uri)))
+        path = resolve_checkpoint(config.checkpoint, tracking_uri=run_options.tracking_uri)
+        path, chosen = run_checkpoint(path)  # a run's folder: its best checkpoint
+        if chosen and os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")) == "0":  # said once, by rank 0
+            print(f"eoscale predict: checkpoint {path} ({chosen})")
+        return replace(config, checkpoint=str(path))
     from eoscale.infer.remote import RemoteNetwork, describe, served_model_name
 
     network = RemoteNetwork(config.server, served_model_name(config.model, config.adapter))

@@ -37,9 +37,10 @@ def option(flag: str, help: str, *, default: Any = MISSING, show_default: bool =
 class PredictConfig:
     """Everything one prediction run needs: the command line's options, as data."""
 
-    checkpoint: str | None = option("--checkpoint", "an eoscale checkpoint file (from 'eoscale fit'), or a registered "
-                                    "model: models:/NAME/VERSION or models:/NAME@ALIAS; with --server, only for the "
-                                    "maps' lineage (default there: the server's checkpoint)")
+    checkpoint: str | None = option("--checkpoint", "an eoscale checkpoint file (from 'eoscale fit'); a run's folder or "
+                                    "its checkpoints/ folder (its best checkpoint by the fit's val metric, else "
+                                    "last.ckpt); or a registered model: models:/NAME/VERSION or models:/NAME@ALIAS; "
+                                    "with --server, only for the maps' lineage (default there: the server's checkpoint)")
     inputs: list[str] = option("--input", "scenes: multi-band GeoTIFFs or folders of one file per band (globs allowed)",
                                nargs="+", metavar="SCENE", group="source")
     output: str = option("--output", "folder for the maps, area tables and mlflow.db", required=True)

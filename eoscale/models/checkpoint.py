@@ -1,11 +1,13 @@
-"""Checkpoints as networks: start a model from an eoscale checkpoint, or rebuild the network it holds.
+"""Checkpoints as networks: start a model from an eoscale checkpoint, rebuild the network it holds, or find the
+checkpoint a run's folder should be mapped with (`run_checkpoint`).
 
-Both read the model contract (`eoscale.contract`); neither knows the training loop, so inference and the
-adapter commands rebuild a trained network without importing `eoscale.train`.
+They read the model contract (`eoscale.contract`) and the file names `eoscale fit` writes; none knows the training
+loop, so inference and the adapter commands rebuild a trained network without importing `eoscale.train`.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,53 @@ def load_finetune_weights(model: nn.Module, path: str | Path, store: BandContrac
     if misfit:
         raise InputError(f"checkpoint {str(path)!r} does not fit this model ({misfit[0]!r} differs in shape)")
     model.load_state_dict(state, strict=False)
+
+
+# `eoscale fit` names its best checkpoint by the metric it was chosen by (`BaseTask.CHECKPOINT_MONITOR`, the
+# pretrain command's): `epoch003-step000900-miou0.4123.ckpt`; the higher mIoU, the lower RMSE or loss is the better
+BEST_CHECKPOINT = re.compile(r"-(miou|rmse|loss)(-?\d+(?:\.\d+)?(?:e-?\d+)?)(?:-v\d+)?\.ckpt$")
+BETTER = {"miou": max, "rmse": min, "loss": min}
+METRIC = {"miou": "val_miou", "rmse": "val_rmse", "loss": "val_loss"}
+
+
+def run_checkpoint(path: str | Path) -> tuple[Path, str | None]:
+    """The checkpoint `path` names, and how it was chosen (None: as given).
+
+    A checkpoint file, or a sharded checkpoint's folder (`*.ckpt/`), is taken as given. A run's folder
+    (`<root>/<experiment>/<run>`, or a fit's root holding one run) or its `checkpoints/` folder gives its best
+    checkpoint by the metric the fit monitored (the `…-miou0.4123.ckpt` that `fit` keeps beside `last.ckpt`: the
+    best val mIoU, or the lowest val RMSE or loss), else its `last.ckpt`. A folder without checkpoints is refused.
+    """
+    path = Path(path)
+    if not path.is_dir() or path.suffix == ".ckpt" or (path / ".metadata").is_file():
+        return path, None
+    folder = _checkpoint_folder(path)
+    found = sorted(folder.glob("*.ckpt"))
+    best = [(m.group(1), float(m.group(2)), p) for p in found if (m := BEST_CHECKPOINT.search(p.name))]
+    if best:
+        metric = max(best, key=lambda b: b[2].stat().st_mtime)[0]  # one metric a run; mixed: the newest file's
+        ranked = [b for b in best if b[0] == metric]
+        score = BETTER[metric](b[1] for b in ranked)
+        chosen = max((b[2] for b in ranked if b[1] == score), key=lambda p: p.stat().st_mtime)
+        return chosen, f"the best {METRIC[metric]} ({score:g}) of {len(found)} checkpoints in {folder}"
+    last = folder / "last.ckpt"
+    if last.exists():
+        return last, f"last.ckpt: {folder} holds no best checkpoint (…-miou….ckpt) to prefer"
+    raise InputNotFoundError(f"no checkpoint in {str(path)!r}: give a checkpoint file, or a run's folder "
+                             "(<root>/<experiment>/<run>) or its checkpoints/ folder once 'eoscale fit' has written one")
+
+
+def _checkpoint_folder(path: Path) -> Path:
+    """Where a run's checkpoints are: `path/checkpoints`, `path` itself, or the one run's under a fit's root."""
+    if (path / "checkpoints").is_dir():
+        return path / "checkpoints"
+    if any(path.glob("*.ckpt")):
+        return path
+    runs = sorted({p.parent for p in path.glob("*/*/checkpoints/*.ckpt")}, key=lambda p: p.stat().st_mtime)
+    if len(runs) > 1:
+        raise InputError(f"{str(path)!r} holds {len(runs)} runs: give one run's folder, e.g. "
+                         f"{str(runs[-1].parent)!r} (the newest)")
+    return runs[0] if runs else path
 
 
 ADAPTER_SEARCH_DEPTH = 3  # <root>/<experiment>/<run>/checkpoints/last.ckpt: adapters are in <root>/adapters

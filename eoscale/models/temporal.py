@@ -11,8 +11,8 @@ the loader dropped, padding):
 - `temporal_vit` (`TemporalSegmenter`): Prithvi-EO-2.0's encoder (`eoscale.models.temporal_vit`; its published
   weights load with their temporal parts intact), the tokens of each block taken averaged over the valid dates
   into one map a block, then the ViTDet pyramid and FPN decoder of the single-date models (`eoscale.models.heads`).
-- `utae` (`UTAE`, after Garnot & Landrieu 2021): a timm backbone run on every date (the repo's `create_backbone`,
-  e.g. resnet18), L-TAE attention over the dates at its coarsest map (`eoscale.models.ltae`), whose per-head
+- `utae` (`UTAE`, after Garnot & Landrieu 2021): a timm backbone run on every valid date (the repo's
+  `create_backbone`, e.g. resnet18; a masked date is left out of its batch, and of its BatchNorm statistics), L-TAE attention over the dates at its coarsest map (`eoscale.models.ltae`), whose per-head
   weights, upsampled, aggregate every finer map over the dates (missing dates weigh 0 there too), then the FPN
   decoder.
 
@@ -154,7 +154,7 @@ class UTAE(nn.Module):
                 location: Tensor | None = None) -> Tensor:
         image, dates, mask = _as_stack(image, dates, date_valid)
         b, t = image.shape[:2]
-        features = [f.unflatten(0, (b, t)) for f in self.backbone(image.flatten(0, 1))]  # each (B, T, C, h, w)
+        features = [f.unflatten(0, (b, t)) for f in self._per_date(image.flatten(0, 1), mask.flatten())]
         coarse = features[-1]
         _, _, c, h, w = coarse.shape
         pixels = coarse.permute(0, 3, 4, 1, 2).reshape(b * h * w, t, c)
@@ -173,6 +173,19 @@ class UTAE(nn.Module):
         logits = self.decoder([*maps, top])
         return F.interpolate(logits, size=image.shape[-2:], mode="bilinear", align_corners=False)
 
+    def _per_date(self, images: Tensor, valid: Tensor) -> list[Tensor]:
+        """The backbone's maps (B*T, C, h, w) of every date, computed on the valid dates only: a masked date (no
+        observation, padding, dropped) takes no part in the batch statistics of the backbone's BatchNorm layers
+        (its maps are zeros, which L-TAE and the skips weigh 0)."""
+        if bool(valid.all()) or not bool(valid.any()):
+            return self.backbone(images)
+        kept = self.backbone(images[valid])
+        out = []
+        for f in kept:
+            full = f.new_zeros((len(images), *f.shape[1:]))
+            full[valid] = f
+            out.append(full)
+        return out
 
 
 def build_temporal_model(architecture: str, *, in_chans: int, num_classes: int, img_size: int | None = None,

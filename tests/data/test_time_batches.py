@@ -12,6 +12,7 @@ import zarr
 from eoscale.data import TileDataModule
 from eoscale.data.augment import _turned
 from eoscale.data.stream import NO_DATE
+from eoscale.errors import InputError
 from eoscale.store import schema
 
 
@@ -131,3 +132,20 @@ def test_bad_date_options_are_refused_in_one_line(season, options, match):
     with pytest.raises(InputError, match=match) as err:
         TileDataModule(season, **options)
     assert "\n" not in str(err.value)
+
+
+def test_date_step_reads_one_step_of_a_season_as_a_single_date_store(season, arrays):
+    dm = TileDataModule(season, batch_size=8, num_workers=1, seed=2, augment=False, date_step=1)
+    assert dm.time_steps == 1 and dm.store_time_steps == 3
+    dm.setup("fit")
+    masked = 0
+    for _raw, batch in _normalised(dm) + _normalised(dm, "val"):
+        tiles = batch["tile"].numpy()
+        assert batch["image"].shape == (len(tiles), dm.num_bands, 16, 16) and "date_valid" not in batch
+        image, label = _expected(dm, arrays, tiles)
+        np.testing.assert_allclose(batch["image"].numpy(), image[:, 1], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(batch["label"].numpy(), label)  # labelled where any date holds data
+        masked += int((arrays[schema.DATE_VALID][tiles, 1] == 0).sum())
+    assert masked > 0  # the masked step (tests.time_stores) is among them, and reads 0
+    with pytest.raises(InputError, match="date_step=3 is not a step of tile store .* choose one of 0 to 2"):
+        TileDataModule(season, date_step=3).time_steps  # noqa: B018

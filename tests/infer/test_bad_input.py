@@ -64,6 +64,12 @@ def test_checkpoint_that_does_not_exist(scene, tmp_path, capsys):
     _fails(capsys, _args(tmp_path / "nope.ckpt", scene, tmp_path / "out"), "no checkpoint at", "nope.ckpt")
 
 
+def test_run_folder_without_checkpoints(scene, tmp_path, capsys):
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    _fails(capsys, _args(tmp_path / "run", scene, tmp_path / "out"), "no checkpoint in", "run", "a run's folder")
+    assert not (tmp_path / "out").exists()
+
+
 def test_file_that_is_not_a_checkpoint(scene, tmp_path, capsys):
     bad = tmp_path / "notes.ckpt"
     bad.write_text("not a checkpoint")

@@ -50,6 +50,21 @@ def test_predict_logs_to_the_embedded_mlflow_store(checkpoint, scene, tmp_path, 
     assert profiled == {"profile/rank0.pt.trace.json.gz", "profile/summary.md", "profile/summary.png"}
 
 
+def test_a_run_folder_gives_its_best_checkpoint(checkpoint, scene, tmp_path, tracking_uri, capsys):
+    import shutil
+
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    best = folder / "epoch000-step000010-miou0.5000.ckpt"
+    shutil.copy(checkpoint, best)
+    (folder / "last.ckpt").write_text("not a checkpoint: predict must not read it")
+    out = tmp_path / "maps"
+    assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--input", str(scene), "--output", str(out),
+                 "--tracking-uri", tracking_uri, "--no-progress"]) == 0
+    assert f"eoscale predict: checkpoint {best} (the best val_miou (0.5)" in capsys.readouterr().out
+    assert (out / "odd_landcover.tif").is_file()
+
+
 @pytest.mark.slow
 def test_checkpoint_from_eoscale_fit(tmp_path, tracking_uri, monkeypatch, capsys):
     """A real checkpoint (2 training steps): predict maps its scenes; --store matches `eoscale test`."""

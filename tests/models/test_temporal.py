@@ -175,3 +175,23 @@ def test_ltae_gives_a_masked_date_no_weight():
     assert out.shape == (5, 8) and attention.shape == (2, 5, 4)
     assert (attention[:, :4, 1] == 0).all() and torch.allclose(attention.sum(-1), torch.ones(2, 5))
     assert torch.allclose(attention[:, 4], torch.full((2, 4), 0.25))  # no valid date: all alike
+
+
+def test_utae_leaves_a_masked_date_out_of_the_backbones_batch_statistics():
+    torch.manual_seed(0)
+    model = build_temporal_model("utae", in_chans=5, num_classes=3, img_size=32, backbone="resnet18", n_head=4,
+                                 d_model=32).train()
+    x, dates = torch.randn(2, 3, 5, 32, 32), torch.tensor([[19700, 19730, 19760]] * 2)
+    valid = torch.tensor([[1.0, 0.0, 1.0], [1.0, 1.0, 0.0]])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.manual_seed(1)  # (L-TAE's dropout)
+    before = model(x, dates=dates, date_valid=valid)
+    stats = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+    model.load_state_dict(state)
+    changed = x.clone()
+    changed[0, 1] = torch.randn(5, 32, 32) * 5 + 3  # masked dates, in training mode (batch statistics)
+    changed[1, 2] = torch.randn(5, 32, 32) * 5 - 3
+    torch.manual_seed(1)
+    after = model(changed, dates=dates, date_valid=valid)
+    assert torch.equal(before, after)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())

@@ -89,3 +89,34 @@ def test_a_class_never_found_is_named_in_a_warning(capsys):
     task.warn_missed_classes("val")
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'Open water'" in err[0] and "producer's accuracy 0" in err[0]
+
+
+def test_the_best_validation_is_warned_about_too(capsys):
+    from types import SimpleNamespace
+
+    from eoscale.train.tasks.segmentation import BEST_VALIDATION_KEY, SegmentationTask
+
+    task = SegmentationTask(num_classes=3, in_chans=2)
+    task.class_names = ["Forest", "Open water", "Barren"]
+    trainer = SimpleNamespace(is_global_zero=True, state=SimpleNamespace(fn="fit"), sanity_checking=False,
+                              checkpoint_callback=SimpleNamespace(monitor="val_miou", mode="max"), global_step=0)
+    task._trainer = trainer
+    missed = torch.tensor([[990, 0, 0], [10, 0, 0], [0, 0, 0]])  # water (1 %) never mapped
+    found = torch.tensor([[990, 0, 0], [5, 5, 0], [0, 0, 0]])
+    # the best val mIoU at step 100 (the checkpoint predict takes) missed water; the last validation found it
+    for step, confusion, miou in ((100, missed, 0.6), (200, found, 0.4), (300, found, 0.6)):  # a tie is not better
+        trainer.global_step = step
+        task.last_confusion = {"val": confusion}
+        task._keep_best_validation({"val_miou": torch.tensor(miou)})
+    assert task.best_validation["step"] == 100
+    task.on_fit_end()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'Open water'" in err[0] and "at the best validation (step 100" in err[0], err
+    resumed = SegmentationTask(num_classes=3, in_chans=2)
+    resumed.on_load_checkpoint({BEST_VALIDATION_KEY: task.best_validation})  # a resumed fit knows it
+    assert resumed.best_validation == task.best_validation
+    # the last validation also the best: one warning, saying so
+    task.last_confusion, task.best_validation = {"val": missed}, dict(task.best_validation, step=300)
+    task.on_fit_end()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "at the last validation, also the best" in err[0], err

@@ -15,6 +15,8 @@ Several nodes under Slurm (one task per GPU; Lightning's SLURMEnvironment reads 
         --config configs/strategy/fsdp.yaml --trainer.num_nodes 2 --trainer.devices 4
 
 or with `torchrun --nnodes 2 --nproc-per-node 4 -m eoscale fit ...` (TorchElasticEnvironment).
+A fit stops early once the best checkpoint's metric (val mIoU, a regression's val RMSE) has not improved for 10
+validations (`--early_stopping.patience N`, `--early_stopping.enabled false`: `eoscale.train.callbacks.early_stopping`).
 Resume with `--ckpt_path last` or a checkpoint path; `eoscale consolidate` makes one file of an FSDP or
 DeepSpeed checkpoint folder. Every run logs to MLflow (`eoscale.track.logger`, `eoscale.train.callbacks.monitor`).
 `eoscale.train.launch.main` picks the launcher (this CLI in each rank, or Ray Train's workers running it).
@@ -39,6 +41,7 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 
 from eoscale.errors import InputError, UserError
 from eoscale.train.callbacks.calibration import TemperatureScaling
+from eoscale.train.callbacks.early_stopping import BestMetricStopping
 from eoscale.train.callbacks.last_checkpoint import LatestCheckpoint
 from eoscale.train.callbacks.monitor import TrainingMonitor, mlflow_loggers, resume_run_id
 from eoscale.train.callbacks.profiling import Profiling
@@ -112,7 +115,7 @@ class SaveConfigToMLflow(SaveConfigCallback):
 
 class EoscaleCLI(LightningCLI):
     """LightningCLI with eoscale's defaults: MLflow logging, the training monitor, a best-mIoU
-    checkpoint, precision by hardware, a fixed seed, and one-line errors."""
+    checkpoint and early stopping on it, precision by hardware, a fixed seed, and one-line errors."""
 
     def __init__(self, args: list[str] | None = None, *, run: bool = True, **kwargs: Any) -> None:
         # under `eoscale fit`, args are sys.argv[1:] as well (Lightning's launcher reruns sys.argv per rank)
@@ -139,6 +142,8 @@ class EoscaleCLI(LightningCLI):
         parser.add_lightning_class_args(Profiling, "profile")
         parser.add_lightning_class_args(LatestCheckpoint, "checkpoint")  # last.ckpt: the newest state, always
         parser.add_lightning_class_args(TemperatureScaling, "calibration")  # a class model's temperature, each val
+        # stop once the checkpoint's metric has not improved for `patience` validations (`--early_stopping.enabled false`)
+        parser.add_lightning_class_args(BestMetricStopping, "early_stopping")
         parser.set_defaults(
             {
                 "checkpoint.monitor": BaseTask.CHECKPOINT_MONITOR[0],

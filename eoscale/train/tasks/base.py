@@ -42,6 +42,8 @@ class BaseTask(LightningModule):
     BETAS: tuple[float, float] = (0.9, 0.999)  # torch's default
     # the best checkpoint's metric, mode and file name where the config names none (`eoscale fit` reads it)
     CHECKPOINT_MONITOR: tuple[str, str, str] = ("val_miou", "max", "epoch{epoch:03d}-step{step:06d}-miou{val_miou:.4f}")
+    # `eoscale fit` stops once that metric has not improved for a while (`eoscale.train.callbacks.early_stopping`)
+    EARLY_STOPPING: bool = True
 
     def __init__(self) -> None:
         super().__init__()

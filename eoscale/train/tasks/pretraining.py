@@ -29,6 +29,9 @@ class PretrainTask(BaseTask):
     METHOD = "self-supervised"  # the method's name in messages (MAE, DINO)
     NO_DECAY_SUFFIXES = ("bias", "token", "pos_embed")
     BETAS = (0.9, 0.95)
+    # a fixed schedule, as MAE's and DINO's recipes: the reconstruction or distillation loss keeps falling slowly
+    # long after the features stop changing much, and it is not what the encoder is for
+    EARLY_STOPPING = False
 
     def read_datamodule(self, datamodule: Any) -> None:
         if getattr(datamodule, "labels", False):

@@ -33,6 +33,7 @@ SPLITS = ("val", "test")
 SQRT_WEIGHT_CAP = 10.0  # tempered weights: a rare class weighs at most this many times the most frequent one
 # a class with at least this share of a split's pixels that is never predicted right is named in a warning
 MISSED_CLASS_SHARE = 0.001
+BEST_VALIDATION_KEY = "eoscale_best_validation"  # the checkpoint's copy of the best val confusion (a resumed fit's)
 
 
 class SegmentationTask(BaseTask):
@@ -172,11 +173,12 @@ class SegmentationTask(BaseTask):
     def configure_finetune(self, model: nn.Module) -> nn.Module:
         return apply_finetune(model, self.hparams.get("finetune", "full"), self.hparams.get("lora"))
 
-    def warn_missed_classes(self, split: str) -> None:
-        """Name, on stderr, each class of at least `MISSED_CLASS_SHARE` of `split`'s pixels that the last
-        evaluation never predicted right (producer's accuracy 0): a small, imbalanced label set's usual failure,
-        which mIoU alone hides (issue 38)."""
-        confusion = self.last_confusion.get(split) if hasattr(self, "last_confusion") else None
+    def warn_missed_classes(self, split: str, confusion: Tensor | None = None, *, when: str = "") -> None:
+        """Name, on stderr, each class of at least `MISSED_CLASS_SHARE` of `split`'s pixels that an evaluation
+        (`confusion`, by default the last one) never predicted right (producer's accuracy 0): a small, imbalanced
+        label set's usual failure, which mIoU alone hides (issue 38). `when` says which evaluation."""
+        if confusion is None:
+            confusion = self.last_confusion.get(split) if hasattr(self, "last_confusion") else None
         if confusion is None or self._trainer is None or not self.trainer.is_global_zero:
             return
         support = confusion.sum(1).double()
@@ -184,19 +186,51 @@ class SegmentationTask(BaseTask):
         for index, name in enumerate(self.class_names):
             share = float(support[index]) / total if total else 0.0
             if share >= MISSED_CLASS_SHARE and int(confusion[index, index]) == 0:
-                print(f"warning: class {name!r} ({share:.2%} of the {split} pixels) has producer's accuracy 0: the "
-                      f"model never maps it right; try class_weights: sqrt, more labels of it, or the forest "
+                print(f"warning: class {name!r} ({share:.2%} of the {split} pixels) has producer's accuracy 0{when}: "
+                      f"the model never maps it right; try class_weights: sqrt, more labels of it, or the forest "
                       f"(docs/how-to/imbalanced.md)", file=sys.stderr)
 
     def on_validation_end(self) -> None:
         if self.trainer.state.fn == "validate":  # `eoscale validate`; a fit warns once, at its end
             self.warn_missed_classes("val")
 
+    def _keep_best_validation(self, scalars: dict[str, Tensor] | None) -> None:
+        """Keep the val confusion of the best validation by the checkpoint's metric (the one `fit` keeps as
+        `epoch…-miou….ckpt` and `predict` takes from a run's folder): strictly better replaces it, as in
+        Lightning's ModelCheckpoint. Called where the epoch's metrics are computed, before the callbacks save a
+        checkpoint at this validation, which then holds it (a resumed fit still knows it)."""
+        trainer, confusion = self._trainer, getattr(self, "last_confusion", {}).get("val")
+        if scalars is None or confusion is None or trainer is None or trainer.state.fn != "fit" or trainer.sanity_checking:
+            return  # not a class task's fit (a regression's epoch gives no confusion)
+        checkpoint = trainer.checkpoint_callback
+        monitor, mode = ((checkpoint.monitor, checkpoint.mode) if checkpoint is not None and checkpoint.monitor
+                         else self.CHECKPOINT_MONITOR[:2])
+        self.last_validation_step = int(trainer.global_step)
+        value = scalars.get(monitor)
+        if value is None or not torch.isfinite(value):
+            return  # another metric than this task's (`--checkpoint.monitor val_loss`): no best to tell
+        score, best = float(value), getattr(self, "best_validation", None)
+        if best is None or best["monitor"] != monitor or (score > best["score"] if mode == "max" else
+                                                          score < best["score"]):
+            self.best_validation = {"monitor": monitor, "score": score, "step": self.last_validation_step,
+                                    "confusion": confusion.tolist()}
+
     def on_test_end(self) -> None:
         self.warn_missed_classes("test")
 
+    def _warn_at_fit_end(self) -> None:
+        """The missed classes of the last validation and, where it was another one, of the best (issue 38)."""
+        best, last = getattr(self, "best_validation", None), getattr(self, "last_validation_step", None)
+        if best is None or best["step"] == last:
+            self.warn_missed_classes("val", when=" at the last validation, also the best" if best else "")
+            return
+        self.warn_missed_classes("val", when=f" at the last validation (step {last})")
+        self.warn_missed_classes("val", torch.tensor(best["confusion"]),
+                                 when=f" at the best validation (step {best['step']}, {best['monitor']} "
+                                      f"{best['score']:.4f}: the checkpoint predict takes)")
+
     def on_fit_end(self) -> None:
-        self.warn_missed_classes("val")
+        self._warn_at_fit_end()
         if self.hparams.get("finetune") == "lora":  # every rank: gathering FSDP shards is a collective
             name = LoraSettings.from_dict(self.hparams.get("lora")).name
             folder = os.path.join(self.trainer.default_root_dir, ADAPTERS_DIR, name)
@@ -211,6 +245,13 @@ class SegmentationTask(BaseTask):
         h = self.hparams
         checkpoint[MODEL_KEY] = {"args": model_args_from_hparams(h), "finetune": h.get("finetune", "full"),
                                  "lora": h.get("lora")}
+        if getattr(self, "best_validation", None) is not None:
+            checkpoint[BEST_VALIDATION_KEY] = dict(self.best_validation)  # plain data (weights_only loads it)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        if checkpoint.get(BEST_VALIDATION_KEY) is not None:  # a resumed fit: the best validation before it
+            self.best_validation = dict(checkpoint[BEST_VALIDATION_KEY])
 
     def configure_losses(self) -> nn.Module:
         dice = self.hparams.dice_weight if "dice" in self.hparams.loss else 0.0
@@ -247,7 +288,7 @@ class SegmentationTask(BaseTask):
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> dict[str, Tensor]:
         return self._eval_step("test", batch, batch_idx)
 
-    def _log_epoch(self, split: str) -> None:
+    def _log_epoch(self, split: str) -> dict[str, Tensor]:
         # compute() all-reduces the metric states over ranks (every rank must call it), so the values
         # are global; logging them again with sync_dist would average already-synced numbers.
         values = self.metrics[split].compute()
@@ -259,9 +300,10 @@ class SegmentationTask(BaseTask):
         self.last_confusion[split] = self.confusion[split].compute().cpu()
         self.metrics[split].reset()
         self.confusion[split].reset()
+        return scalars
 
     def on_validation_epoch_end(self) -> None:
-        self._log_epoch("val")
+        self._keep_best_validation(self._log_epoch("val"))
 
     def on_test_epoch_end(self) -> None:
         self._log_epoch("test")
