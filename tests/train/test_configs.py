@@ -16,8 +16,10 @@ MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if p not in OPTIONS)
 # instantiated here, not fast-dev-run (issue 17: "the large configs are parse-tested")
 LARGE_CONFIGS = {CONFIGS / "vit_l16_seg.yaml", CONFIGS / "mae_vit_h14_pretrain.yaml"}
 FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
-# overlays of one config each: the quick start's recipe (pipelines/quickstart.yaml)
-OVERLAYS = {CONFIGS / "quickstart" / "fit.yaml": CONFIGS / "resnet18_seg.yaml"}
+# overlays of one config each: the quick start's recipe (pipelines/quickstart.yaml) and the season pipeline's
+# U-TAE (pipelines/season.yaml; fitted on a store of dates in tests/test_season_pipeline.py)
+OVERLAYS = {CONFIGS / "quickstart" / "fit.yaml": CONFIGS / "resnet18_seg.yaml",
+            CONFIGS / "quickstart" / "season.yaml": CONFIGS / "temporal_utae.yaml"}
 
 
 @pytest.fixture(scope="module")
