@@ -101,7 +101,10 @@ def network_at_budget(store: Path, work: Path, val: tuple[np.ndarray, np.ndarray
     import torch
 
     from eoscale.data.datamodule import TileDataModule
+    from eoscale.train.quiet import silence_trainer_info
     from eoscale.train.tasks.regression import RegressionTask
+
+    silence_trainer_info()  # the bench prints its own lines for each fit
 
     class Clock(L.Callback):
         def __init__(self) -> None:

@@ -127,7 +127,10 @@ def network(store: Path, work: Path, val: dict, *, date_step: int | None, steps:
     import torch
 
     from eoscale.data.datamodule import TileDataModule
+    from eoscale.train.quiet import silence_trainer_info
     from eoscale.train.tasks.temporal import TemporalSegmentationTask
+
+    silence_trainer_info()  # the bench prints its own lines for each fit
 
     class Clock(L.Callback):  # seconds a step after the first few (start-up, first batches)
         skip = 3

@@ -64,6 +64,15 @@ def silence_known_noise() -> None:
     quiet_store_creation()  # MLflow's "Creating initial MLflow database tables", Lightning's "… Creating it."
 
 
+def silence_trainer_info() -> None:
+    """For a Trainer eoscale builds itself inside a command (the benchmarks' fits): the known noise, and none of
+    Lightning's INFO lines ("GPU available: False, used: False", "`Trainer.fit` stopped: `max_steps=…` reached"),
+    which the benchmark's own progress lines replace; Lightning's warnings still show."""
+    silence_known_noise()
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 class ModelSummary(RichModelSummary):
     """Lightning's rich model summary, FLOPs shown only where they were counted."""
 
