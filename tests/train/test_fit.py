@@ -43,7 +43,7 @@ CLASS_CONFIGS = [c for c in MODEL_CONFIGS if c not in LARGE_CONFIGS and "target:
 @pytest.mark.parametrize("config", CLASS_CONFIGS, ids=lambda p: p.stem)
 def test_fast_dev_run(config: Path, store: Path, tmp_path: Path, shared_tracking_uri: str, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", shared_tracking_uri)
-    # fine-tune configs name the MAE export of the quick start; a smoke run starts from scratch
+    # fine-tune configs name an MAE export (runs/pretrain/...); a smoke run starts from scratch
     weights = ["--model.init_args.weights", "null"] if "weights:" in config.read_text() else []
     # configs that name their checkpoint folder (runs/pretrain/...) write it under tmp_path, not into the checkout
     main(["fit", "--config", str(config), *_common(store, tmp_path), *weights, "--trainer.fast_dev_run", "true",
