@@ -35,9 +35,10 @@ def shared_tracking_uri(tmp_path_factory) -> str:
 
 # configs of another target kind need a store with that target: configs/regression_smoke.yaml (values) is fitted on a
 # store with heights in tests/train/test_regression.py, configs/change_resnet18.yaml on a store of pairs in
-# tests/train/test_change.py
+# tests/train/test_change.py, configs/temporal_mae_pretrain.yaml (a season only) on a season store in
+# tests/train/test_temporal_mae.py
 CLASS_CONFIGS = [c for c in MODEL_CONFIGS if c not in LARGE_CONFIGS and "target: values" not in c.read_text()
-                 and "ChangeTask" not in c.read_text()]
+                 and "ChangeTask" not in c.read_text() and "TemporalMAETask" not in c.read_text()]
 
 
 @pytest.mark.parametrize("config", CLASS_CONFIGS, ids=lambda p: p.stem)

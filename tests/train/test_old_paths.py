@@ -41,6 +41,7 @@ OTHER_PATHS = {"eoscale.data.datamodule.TileDataModule", "eoscale.track.logger.M
                "eoscale.train.tasks.regression.RegressionTask",  # new since the layout: no old path to keep
                "eoscale.train.tasks.change.ChangeTask",
                "eoscale.train.tasks.temporal.TemporalSegmentationTask",  # new with time series: no old path
+               "eoscale.train.tasks.temporal_mae.TemporalMAETask",  # new with time series: no old path
                "eoscale.train.tasks.forest.ForestTask"}
 # old module paths that commands, notebooks and scripts import (`python -m`, `from … import`)
 OLD_MODULES = ["task", "mae", "dino", "zero", "fsdp", "tp", "pipeline", "checkpoint", "cli", "command", "launcher",

@@ -36,6 +36,11 @@ class PretrainTask(BaseTask):
     def read_datamodule(self, datamodule: Any) -> None:
         if getattr(datamodule, "labels", False):
             raise InputError(f"{self.METHOD} pretraining reads images only: set data.init_args.labels: false")
+        steps = int(getattr(datamodule, "time_steps", 1) or 1)
+        if steps > 1:  # a stack (B, T, C, H, W) is no image for a 2-D patch embedding
+            raise InputError(f"tile store {str(datamodule.store)!r} holds {steps} dates a tile: {self.METHOD} pretraining "
+                             "takes one date; use configs/temporal_mae_pretrain.yaml, or pick a date with "
+                             "data.init_args.date_step")
         self.hparams.in_chans = int(datamodule.num_bands)
         self.hparams.img_size = int(datamodule.tile_size)
 
