@@ -172,11 +172,13 @@ def test_two_tensor_by_two_data_parallel_ranks_train_as_ddp(tp4_run: Path, store
     assert forward["diff"] < 1e-5
     assert forward["qkv_local"] * 4 == forward["qkv_total"]  # half the heads, and FSDP2's half of those
     # ranks 0-1 and 2-3 are tensor-parallel pairs of data-parallel ranks 0 and 1: each pair takes the batches of
-    # DDP's rank of the same data-parallel index, and trains as it does (measured: within 1e-4 over the 10 steps)
+    # DDP's rank of the same data-parallel index, and trains as it does (measured: within 1e-4 over the 10 steps
+    # until 2026-12-06's install, 1.6e-4 at step 10 with it: reductions in another order; a wrong split of the heads
+    # or of the batches differs by orders of magnitude more)
     for rank, ddp_rank in ((0, 0), (1, 0), (2, 1), (3, 1)):
         tp, ddp = _probe(tp4_run, "tp4", rank), _probe(tp4_run, "ddp2", ddp_rank)
         assert tp["world_size"] == 4 and tp["step"] == STEPS == ddp["step"]
-        torch.testing.assert_close(torch.tensor(tp["losses"]), torch.tensor(ddp["losses"]), rtol=0, atol=1e-4)
+        torch.testing.assert_close(torch.tensor(tp["losses"]), torch.tensor(ddp["losses"]), rtol=0, atol=3e-4)
     assert _probe(tp4_run, "ddp2", 0)["losses"] != _probe(tp4_run, "ddp2", 1)["losses"]
     # two data-parallel pairs train what DDP's two ranks train: the same global batch (8), samples per epoch and
     # validation pixels in the confusion matrix (torchmetrics sums over the data-parallel ranks only)
