@@ -76,11 +76,21 @@ def export_backbone(task: PretrainTask, path: str | Path) -> Path:
     state = task.parallelism.full_state(task.model.backbone.net)
     if not task.trainer.is_global_zero:
         return Path(path)
-    h, contract = task.hparams, task.contract
+    h = task.hparams
     metadata = {
         "model": h.backbone,
         "model_kwargs": dict(h.get("backbone_kwargs") or {}),
         "patch_size": int(task.model.backbone.net.patch_embed.patch_size[0]),  # MAE's and DINO's models alike
+        **export_fields(task),
+    }
+    return save_backbone(state, path, metadata=metadata)
+
+
+def export_fields(task: PretrainTask) -> dict[str, Any]:
+    """The metadata every exported backbone carries after its model's own: input size and bands, the band
+    contract's normalisation, and the steps it was pretrained for (what `weights:` checks and maps by name)."""
+    h, contract = task.hparams, task.contract
+    return {
         "img_size": int(h.img_size),
         "in_chans": int(h.in_chans),
         "bands": list(contract.bands) if contract else [],
@@ -88,4 +98,3 @@ def export_backbone(task: PretrainTask, path: str | Path) -> Path:
         "std": list(contract.std) if contract else [],
         "steps": int(task.trainer.global_step),
     }
-    return save_backbone(state, path, metadata=metadata)

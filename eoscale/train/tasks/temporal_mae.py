@@ -37,7 +37,7 @@ from eoscale.errors import InputError
 from eoscale.models.foundation import save_backbone
 from eoscale.models.temporal import TemporalViTBackbone, date_coords
 from eoscale.models.temporal_vit import CoordinateEncoder, TemporalViT, sincos_3d
-from eoscale.train.tasks.pretraining import PretrainTask
+from eoscale.train.tasks.pretraining import PretrainTask, export_fields
 
 MASKINGS = ("tube", "random")
 # the segmentation model's own options, accepted in backbone_kwargs so that both configs can share one dict
@@ -294,18 +294,13 @@ def export_temporal_backbone(task: TemporalMAETask, path) -> Any:
     state = task.parallelism.full_state(net)
     if not task.trainer.is_global_zero:
         return path
-    h, contract = task.hparams, task.contract
+    h = task.hparams
     metadata = {
         "model": "temporal_vit",
         "model_kwargs": task.encoder_kwargs(),
         "patch_size": int(net.patch_embed.patch_size[1]),
         "tubelet": int(net.patch_embed.patch_size[0]),
         "time_steps": int(h.time_steps or 1),
-        "img_size": int(h.img_size),
-        "in_chans": int(h.in_chans),
-        "bands": list(contract.bands) if contract else [],
-        "mean": list(contract.mean) if contract else [],
-        "std": list(contract.std) if contract else [],
-        "steps": int(task.trainer.global_step),
+        **export_fields(task),
     }
     return save_backbone(state, path, metadata=metadata)
