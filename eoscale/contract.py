@@ -35,6 +35,7 @@ import torch
 
 from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
 from eoscale.sensors import recorded_sensor
+from eoscale.sensors.groups import SensorGroup, groups_of, parse_groups
 
 CONTRACT_KEY = "eoscale"
 METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
@@ -80,9 +81,15 @@ class BandContract:
     # checkpoint written before; `calibration` says how it was fitted: {pixels, ece_before, ece_after, by}
     temperature: float = 1.0
     calibration: dict | None = None
+    # a model of several sensors: [{name, bands}] in channel order, each sensor a group of consecutive `bands`
+    # (`eoscale.sensors.groups`); None: one sensor (`sensor`), as every checkpoint written before
+    sensors: tuple[dict, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
+        if self.sensors is not None:
+            groups = parse_groups(self.sensors, self.bands)  # one line if they do not cover the bands
+            object.__setattr__(self, "sensors", tuple(g.to_dict() for g in groups))
         check_target(self.target)
         if not (float(self.temperature) > 0 and np.isfinite(float(self.temperature))):
             raise InputError(f"temperature {self.temperature!r} is not a positive number: refit it with "
@@ -104,6 +111,7 @@ class BandContract:
             target=getattr(datamodule, "target", None) or DEFAULT_TARGET,
             target_info=getattr(datamodule, "target_info", None),
             time_steps=int(getattr(datamodule, "time_steps", 1) or 1),
+            sensors=getattr(datamodule, "sensors_record", None),
         )
 
     def to_dict(self) -> dict:
@@ -121,6 +129,7 @@ class BandContract:
             # only once fitted, so an uncalibrated contract is written as before
             **({"temperature": self.temperature} if self.temperature != 1.0 or self.calibration else {}),
             **({"calibration": dict(self.calibration)} if self.calibration is not None else {}),
+            **({"sensors": [dict(g) for g in self.sensors]} if self.sensors is not None else {}),
         }
 
     @classmethod
@@ -140,7 +149,16 @@ class BandContract:
             # a contract from before calibration: no temperature (T = 1)
             temperature=float(data.get("temperature", 1.0)),
             calibration=dict(data["calibration"]) if data.get("calibration") is not None else None,
+            # a contract from before several sensors: one sensor
+            sensors=tuple(dict(g) for g in data["sensors"]) if data.get("sensors") is not None else None,
         )
+
+    def sensor_groups(self) -> tuple[SensorGroup, ...]:
+        """The sensors of the input, each a group of consecutive bands (one group where `sensors` is None)."""
+        return groups_of(self.sensors, self.bands, self.sensor)
+
+    def sensor_names(self) -> list[str]:
+        return [g.name for g in self.sensor_groups()]
 
     def output_channels(self) -> int:
         """The channels of the network's output the maps are made of: one per class (classes, change); one value
@@ -178,6 +196,8 @@ class BandContract:
             problem = f"bands {list(self.bands)}, the store has {list(store.bands)}"
         elif self.sensor != store.sensor:
             problem = f"{self.sensor} bands, the store has {store.sensor} bands of the same names"
+        elif self.sensor_names() != store.sensor_names():
+            problem = f"sensors {self.sensor_names()}, the store has {store.sensor_names()}"
         elif self.target != store.target:
             problem = f"target kind {self.target!r}, the store has {store.target!r}"
         elif self.tile_size != store.tile_size:

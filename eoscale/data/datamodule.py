@@ -74,6 +74,7 @@ from eoscale.data.partition import train_subset
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
 from eoscale.sensors import recorded_sensor
+from eoscale.sensors.groups import SensorGroup, as_record, groups_of, select_groups
 from eoscale.store import schema
 from eoscale.store.open import open_store, read_store_attrs, time_steps
 
@@ -218,6 +219,20 @@ class TileDataModule(LightningDataModule):
     @property
     def num_bands(self) -> int:
         return len(self.band_indices)
+
+    @property
+    def sensor_groups(self) -> tuple[SensorGroup, ...]:
+        """The sensors of the chosen bands, each a group of consecutive channels (`eoscale.sensors.groups`); a store
+        of one sensor: one group."""
+        groups = groups_of(self.attrs.get(schema.ATTR_SENSORS), self.attrs[schema.ATTR_BANDS], self.sensor)
+        return select_groups(groups, self.band_names)
+
+    @property
+    def sensors_record(self) -> list[dict] | None:
+        """What a checkpoint's contract records of the sensors (`BandContract.sensors`): None for a store of one."""
+        if self.attrs.get(schema.ATTR_SENSORS) is None:
+            return None
+        return as_record(self.sensor_groups)
 
     @property
     def class_table(self) -> ClassTable:

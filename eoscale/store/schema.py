@@ -83,6 +83,9 @@ ATTR_SCENES = "scenes"  # list of {id, paths, crs, width, height, transform}
 ATTR_INGEST = "ingest"  # the parameters the store was made with, and its summary
 ATTR_UNMAPPED = "unmapped_label_codes"  # {code: pixel count} of label codes not in the class table
 ATTR_TIME_STEPS = "time_steps"  # T, the length of the time axis (schema version 2; version 1: 1)
+# a store of several sensors: [{name, bands}] in band order, each sensor a group of consecutive bands
+# (`eoscale.sensors.groups`); absent: every band is `ATTR_SENSOR`'s
+ATTR_SENSORS = "sensors"
 ATTR_INPUTS = "inputs"  # the input files: list of {scene (id), role ("scene" | "labels" | "targets"), path, size, sha256}
 # a store with `targets` (per-pixel values, `ingest --targets`): their kind ("values"), name, units and statistics
 ATTR_TARGET_KIND = "target_kind"
