@@ -56,6 +56,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="scenes as STAC Items: an Item JSON, an ItemCollection JSON or a folder of Item JSON files "
                              "(Sentinel-2 L2A COGs, Landsat C2 L2, RGB/RGBN), assets as local or relative files; "
                              "bands by name, asset key or common name (--bands blue,green,red,nir)")
+    parser.add_argument("--reference-sensor", metavar="NAME",
+                        help="scenes of several sensors (Sentinel-2 and Sentinel-1 folders or Items, given together): "
+                             "the sensor whose scenes are the store's grids, the others' bands warped onto them "
+                             "(default: the first given in the registry's order, the optical one)")
     parser.add_argument("--labels", nargs="+", metavar="PATH",
                         help="label rasters of class codes (any CRS) or their STAC Items (e.g. ESA WorldCover's); "
                              "leave out for an unlabelled store (pretraining)")
@@ -168,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
             time_series=args.time_series, dates_csv=args.dates_csv, group_by=args.group_by, max_dates=args.max_dates,
-            composite=args.composite,
+            composite=args.composite, reference_sensor=args.reference_sensor,
             **({"static": args.static, "static_layers": parse_layers(args.static_layers), "dem_datum": args.dem_datum}
                if args.static else {}),
         )

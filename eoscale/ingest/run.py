@@ -31,6 +31,7 @@ from eoscale.catalog.stac import footprint, store_collection, to_json, write_jso
 from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
 from eoscale.cluster import dask_client
 from eoscale.errors import InputError, OutputExistsError
+from eoscale.ingest.fused import add_other_sensors, plan_sensors, several_sensors, with_paths
 from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
 from eoscale.ingest.lock import check_replaceable, is_tile_store, one_writer
 from eoscale.ingest.plan import make_plan
@@ -50,6 +51,7 @@ from eoscale.ingest.static import add_static_layers, static_parameters
 from eoscale.ingest.stats import statistics_from_histograms
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
+from eoscale.raster.fused import sensors_record
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, open_scenes
 from eoscale.raster.stac import label_files
@@ -125,11 +127,13 @@ def ingest(
     static: str | list[str] | None = None,
     static_layers: tuple[str, ...] = ("ELEVATION", "SLOPE", "ASPECT"),
     dem_datum: str | None = None,
+    reference_sensor: str | None = None,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
     into a tile store at `output`. See the module docstring. With `time_series` (or `dates_csv`, `max_dates`,
     `composite`), dated scenes of the same places become tiles with a time step a date or composite interval
-    (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`)."""
+    (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`).
+    Scenes of several sensors become one store of the `reference_sensor`'s grids (`eoscale.ingest.fused`)."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
@@ -150,7 +154,16 @@ def ingest(
     listed = [row[0] for row in read_dates_csv(dates_csv)] if dates_csv else []
     scene_list = open_scenes(list(scenes) + [p for p in listed if not p.lower().endswith(".json")], bands=bands,
                              band_names=band_names, band_map=band_map, scl_classes=scl_classes,
-                             stac=(list(stac or []) + [p for p in listed if p.lower().endswith(".json")]) or None)
+                             stac=(list(stac or []) + [p for p in listed if p.lower().endswith(".json")]) or None,
+                             several_sensors=True)
+    fusion = None  # scenes of several sensors: the reference scenes, their pairs, what the fingerprint records
+    if several_sensors(scene_list):
+        refs, pairs, fused_parameters = plan_sensors(scene_list, reference_sensor, time_series=series)
+        fusion = (pairs, fused_parameters)
+        scene_list = with_paths(refs, pairs)
+    elif reference_sensor is not None and reference_sensor != scene_list[0].sensor:
+        raise InputError(f"--reference-sensor {reference_sensor!r}: the scenes are all {scene_list[0].sensor}: "
+                         f"leave it out, or give that sensor's scenes too")
     # a time series: the places (each a reference grid and its dated scenes); otherwise each scene is its own place
     places = group_places(scene_list, group_by=group_by, dates_csv=dates_csv) if series else None
     if places is not None:
@@ -180,6 +193,8 @@ def ingest(
         parameters["time_series"] = {"group_by": group_by, "max_dates": max_dates, "composite": interval,
                                      "dates_csv": os.path.abspath(dates_csv) if dates_csv else None,
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
+    if fusion is not None:  # likewise: a store of one sensor keeps its fingerprint
+        parameters["sensors"] = fusion[1]
     if static:  # likewise: the DEM checked (datum, cover) before anything is written
         parameters["static"] = static_parameters(static, scene_list, layers=tuple(static_layers), accept_datum=dem_datum)
     label_paths = [r.path for r in label_rasters]
@@ -192,6 +207,9 @@ def ingest(
     work = output.with_name(output.name + ".partial")
     progress_dir, store = work / "progress", work / "store.zarr"
     _prepare_work_dir(work, progress_dir, fingerprint, overwrite=overwrite)
+    if fusion is not None:
+        scene_list = add_other_sensors(scene_list, fusion[0], progress_dir)
+        grids = scene_list
     if static:
         scene_list = add_static_layers(scene_list, static, progress_dir, layers=tuple(static_layers),
                                        accept_datum=dem_datum)
@@ -400,12 +418,17 @@ def _prepare_work_dir(work: Path, progress: Path, fingerprint: str, *, overwrite
 def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dict, stride: int, fingerprint: str) -> dict:
     names = scenes[0].band_names
     sensor = get_sensor(scenes[0].sensor)
+    groups = sensors_record(scenes[0])  # several sensors, or one and a DEM's layers: each a group of bands
+    wavelengths = sensor.wavelengths(names, scenes[0].platform) if len(groups) == 1 else [
+        w for g in groups for w in get_sensor(g["name"]).wavelengths(
+            g["bands"], scenes[0].platform if g["name"] == sensor.name else _platform(scenes[0], g["name"]))]
     return {
         schema.ATTR_SCHEMA: schema.SCHEMA_VERSION,
         schema.ATTR_COMPLETE: False,
         schema.ATTR_SENSOR: sensor.name,
         schema.ATTR_BANDS: names,
-        schema.ATTR_WAVELENGTHS: sensor.wavelengths(names, scenes[0].platform),
+        **({schema.ATTR_SENSORS: groups} if len(groups) > 1 else {}),  # a store of one sensor: as before
+        schema.ATTR_WAVELENGTHS: wavelengths,
         schema.ATTR_NODATA: scenes[0].nodata,
         schema.ATTR_IGNORE_INDEX: IGNORE_INDEX,
         schema.ATTR_CLASSES: classes.to_records(),
@@ -417,6 +440,11 @@ def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dic
         schema.ATTR_INGEST: {**{k: v for k, v in parameters.items() if k != "classes"}, "eoscale_version": __version__,
                              "fingerprint": fingerprint},
     }
+
+
+def _platform(scene: Scene, sensor: str) -> str | None:
+    """The platform of the scene of `sensor` fused with `scene` (`Scene.fused`), if it says."""
+    return next((f.get("platform") for f in scene.fused if f["sensor"] == sensor), None)
 
 
 def _target_attrs(moments, name: str | None, units: str | None) -> dict:

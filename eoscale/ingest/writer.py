@@ -66,6 +66,9 @@ def write_shard(
     valid = np.empty((n, t, t), dtype=bool)
     values = np.empty((n, t, t), dtype=np.float32) if targets else None
     masked = np.zeros((len(scenes), 2), dtype=np.int64)  # per scene: pixels masked by a mask band, by nodata
+    # a store of several sensors: where each sensor's group of bands holds no data (group, tile, y, x)
+    group_bands = band_groups(scenes[0])
+    group_missing = np.zeros((len(group_bands), n, t, t), dtype=bool) if len(group_bands) > 1 else None
     for s in np.unique(scene_index):
         scene = scenes[s]
         scene_labels = load_scene_labels(Path(progress), int(s))
@@ -74,25 +77,53 @@ def write_shard(
         with gdal_cache(reader.cache_bytes()):
             for positions, row, col0, count in _runs(np.flatnonzero(scene_index == s), row_off, col_off, t):
                 block = reader.read_masked(row, col0, t, count * t)
-                masked[s] += (int(block.by_mask.sum()), int(block.by_nodata.sum()))
                 block_valid = block.valid
+                # pixels without data, by the scene's own reason (another sensor may have data where it has none)
+                masked[s] += (int((block.by_mask & ~block_valid).sum()), int((block.by_nodata & ~block_valid).sum()))
+                groups = block.groups() if group_missing is not None else ()
                 label_block = scene_labels[row : row + t, col0 : col0 + count * t]
                 for k, p in enumerate(positions):
                     images[p] = block.pixels[:, :, k * t : (k + 1) * t]
                     labels[p] = label_block[:, k * t : (k + 1) * t]
                     valid[p] = block_valid[:, k * t : (k + 1) * t]
+                    for g, (_, missing) in enumerate(groups):
+                        group_missing[g, p] = missing[:, k * t : (k + 1) * t]
                     if scene_values is not None:
                         values[p] = scene_values[row : row + t, col0 + k * t : col0 + (k + 1) * t]
     # the store has one nodata value (its first scene's), in every band of a pixel without data: whatever each
     # scene's own nodata value, mask or alpha band said, readers need only the store's (all bands at nodata)
     images.transpose(1, 0, 2, 3)[:, ~valid] = store_nodata(scenes)
+    if group_missing is not None:  # each sensor's bands at nodata where it has none: clouds in the optical bands only
+        for g, bands in enumerate(group_bands):
+            images.transpose(1, 0, 2, 3)[bands.start:bands.stop, group_missing[g]] = store_nodata(scenes)
     labels[~valid] = IGNORE_INDEX
     if values is not None:
         values[~valid] = np.nan
     valid_fraction = valid.reshape(n, -1).mean(axis=1).astype(np.float32)
     write_and_mark(store, progress, shard, images.reshape(n, 1, *images.shape[1:]), labels, values, valid_fraction,
-                   num_classes, band_histograms(images, valid), masked)
+                   num_classes, _histograms(images, valid, group_bands, group_missing), masked)
     return n
+
+
+def band_groups(scene: Scene) -> list[slice]:
+    """The scene's bands as groups of consecutive bands that say where they hold data: its own bands, each other
+    sensor's (`eoscale.raster.fused`), its static layers (`BandFile.static`); one group for a scene of one sensor."""
+    if not any(b.sensor and b.sensor != scene.sensor for b in scene.bands):
+        return [slice(0, len(scene.bands))]
+    keys = [("static" if b.static else b.sensor if b.sensor and b.sensor != scene.sensor else "") for b in scene.bands]
+    groups, start = [], 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            groups.append(slice(start, i))
+            start = i
+    return groups
+
+
+def _histograms(images: np.ndarray, valid: np.ndarray, groups: list[slice], missing: np.ndarray | None) -> np.ndarray:
+    """Each band's histogram over the pixels where its own group holds data (`valid` everywhere for one group)."""
+    if missing is None:
+        return band_histograms(images, valid)
+    return np.concatenate([band_histograms(images[:, bands], valid & ~missing[g]) for g, bands in enumerate(groups)])
 
 
 def write_and_mark(store: str, progress: str, shard: int, images: np.ndarray, labels: np.ndarray,

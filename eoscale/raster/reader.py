@@ -17,6 +17,12 @@ are mapped onto it as they are read; a valid pixel stays at least 1 (nodata is 0
 (`BandFile.decode`: SAR backscatter, terrain layers) are read as float and mapped by `eoscale.raster.float_bands`, after
 resampling (a SAR band is resampled in linear power, then taken to decibels). A SAR scene's border noise
 (`Scene.border_noise`) adds to the mask, decided on a halo around each window.
+
+A scene with other sensors' bands on its grid (`eoscale.raster.fused`: `BandFile.sensor`) is read as groups of bands,
+one a sensor: the scene's own bands say where its own sensor has data as above; another sensor's bands say where that
+sensor has data (not all of them at nodata). A pixel holds data where any sensor's group does (`MaskedWindow.valid`),
+and `MaskedWindow.groups` says, group by group, where each does not: clouds stay nodata in the optical bands only, a
+radar swath's edge in the radar bands only. Static layers (`BandFile.static`) say nothing of where there is data.
 """
 
 from __future__ import annotations
@@ -43,10 +49,28 @@ class MaskedWindow:
     pixels: np.ndarray  # (band, y, x) uint16
     by_mask: np.ndarray  # (y, x) True where a file's mask or alpha band says no data
     by_nodata: np.ndarray  # (y, x) True where the mask bands do not, but every nodata-only band is at nodata
+    # a scene with other sensors' bands: (the bands of one other sensor, True where it has no data) a sensor
+    others: tuple[tuple[tuple[int, ...], np.ndarray], ...] = ()
+    static: tuple[int, ...] = ()  # the static layers' bands (a DEM's), when the scene has other sensors' bands
 
     @property
     def valid(self) -> np.ndarray:
-        return ~(self.by_mask | self.by_nodata)
+        """Where any sensor has data (the scene's own: neither its masks nor its nodata say none)."""
+        valid = ~(self.by_mask | self.by_nodata)
+        for _, missing in self.others:
+            valid = valid | ~missing
+        return valid
+
+    def groups(self) -> list[tuple[tuple[int, ...] | None, np.ndarray]]:
+        """(bands, where they hold no data) of each group: the scene's own (None: every band, the only group of a
+        scene without other sensors' bands), each other sensor's, then the static layers, which hold no data where
+        no sensor does."""
+        if not self.others:
+            return [(None, ~self.valid)]
+        taken = {b for bands, _ in self.others for b in bands} | set(self.static)
+        own = tuple(b for b in range(len(self.pixels)) if b not in taken)
+        out = [(own, self.by_mask | self.by_nodata), *self.others]
+        return out + ([(self.static, ~self.valid)] if self.static else [])
 
 
 def has_mask_band(src: rasterio.io.DatasetReader) -> bool:
@@ -112,7 +136,16 @@ class SceneReader:
         # which files say where they hold data with a mask band, and the nodata value of the others' bands
         # (a resampled file: the VRT's nodata, which the warper also writes where the file's mask says none)
         # a static layer's file (a DEM's, `BandFile.static`) takes no part: the scene's own bands say where it has data
-        static = {b.path for b in scene.bands if b.static} - {b.path for b in scene.bands if not b.static}
+        # so does another sensor's band (`BandFile.sensor`): its own group says where that sensor has data
+        static = {b.path for b in scene.bands if b.static or _other(scene, b)} - {
+            b.path for b in scene.bands if not b.static and not _other(scene, b)}
+        self._own = [p for p, b in enumerate(scene.bands) if not b.static and not _other(scene, b)]
+        self._static = tuple(p for p, b in enumerate(scene.bands) if b.static)
+        others: dict[str, list[int]] = {}
+        for position, band in enumerate(scene.bands):
+            if _other(scene, band) and not band.static:
+                others.setdefault(band.sensor, []).append(position)
+        self._others = [tuple(positions) for positions in others.values()]
         self._mask_paths = [p for p in self._reads if p not in static and on_grid_file(self._datasets[p])
                             and has_mask_band(self._datasets[p])]
         self._nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p]) else float(scene.nodata)
@@ -180,7 +213,7 @@ class SceneReader:
         """Where the scene's border-noise rule masks the window (read with its halo), shape (height, width)."""
         rule = self.scene.border_noise
         top, left, rows, cols, inner = rule.halo(row_off, col_off, height, width, (self.scene.height, self.scene.width))
-        return rule.masked(self.read(top, left, rows, cols), self.scene.nodata)[inner]
+        return rule.masked(self.read(top, left, rows, cols)[self._own], self.scene.nodata)[inner]
 
     def _to_store_scale(self, values: np.ndarray, scale: float, offset: float) -> np.ndarray:
         nodata = self.scene.nodata
@@ -217,7 +250,10 @@ class SceneReader:
             by_nodata &= ~by_mask
         else:
             by_nodata = np.zeros((height, width), dtype=bool)
-        return MaskedWindow(pixels, by_mask, by_nodata)
+        if not self._others:
+            return MaskedWindow(pixels, by_mask, by_nodata)
+        others = tuple((bands, np.all(pixels[list(bands)] == self.scene.nodata, axis=0)) for bands in self._others)
+        return MaskedWindow(pixels, by_mask, by_nodata, others, self._static)
 
     def planning_mask(self, row_off: int = 0, height: int | None = None) -> np.ndarray:
         """Where the scene holds data, as the tile plan sees it, in rows `row_off` to `row_off + height` (default:
@@ -236,6 +272,8 @@ class SceneReader:
             valid &= ~self._class_masked(window)
         if self.scene.border_noise is not None:
             valid &= ~self._border_noise(row_off, 0, height, self.scene.width)
+        for bands in self._others:  # another sensor's file holds all its bands at nodata where it has no data
+            valid |= self.read_band(bands[0], window) != self.scene.nodata
         return valid
 
     def _dataset_mask(self, path: str, window: Window | None) -> np.ndarray:
@@ -258,13 +296,17 @@ class SceneReader:
         if self.scene.border_noise is not None:
             rule = self.scene.border_noise
             parts.append(f"border noise (every band ≤ {rule.floor_db:g} dB within {rule.margin_px} px of nodata)")
-        return " and ".join(parts)
+        text = " and ".join(parts)
+        if self._others:
+            names = sorted({self.scene.bands[bands[0]].sensor for bands in self._others})
+            text += f"; or {', '.join(names)} bands where they hold data"
+        return text
 
     def read_reference(self, window: Window | None = None) -> np.ndarray:
         """The first band that lies on the reference grid (read without resampling), shape (y, x): the whole of
         it, or `window`."""
         for position, band in enumerate(self.scene.bands):
-            if not band.static and not isinstance(self._datasets[band.path], WarpedVRT):
+            if not band.static and not _other(self.scene, band) and not isinstance(self._datasets[band.path], WarpedVRT):
                 return self.read_band(position, window)
         return self.read_band(0, window)
 
@@ -278,3 +320,8 @@ class SceneReader:
         except RasterioError as err:
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise InputError(f"{band.path!r} could not be read ({message}): the file is damaged or truncated") from None
+
+
+def _other(scene: Scene, band) -> bool:
+    """Whether `band` is another sensor's, warped onto `scene`'s grid (`eoscale.raster.fused`)."""
+    return bool(band.sensor) and band.sensor != scene.sensor

@@ -40,6 +40,9 @@ class BandFile:
     offset: float = 0.0
     decode: str = ""  # a float file's values onto the store's scale: "float" or "power_db" (`eoscale.raster.float_bands`)
     static: bool = False  # a layer beside the scene (a DEM's, `eoscale.ingest.static`): says nothing of where it has data
+    # another sensor's band warped onto the scene's grid (`eoscale.raster.fused`): its name; "" for the scene's own
+    # bands. Such a band says where *its* sensor has data (all of the sensor's bands at nodata: none), not the scene
+    sensor: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class Scene:
     date: dt.date | None = None  # SAFE PRODUCT_START_TIME, Landsat DATE_ACQUIRED, STAC datetime, a TIFF date tag
     acquisition: dict | None = None  # how it was seen, where the product says (a SAR scene's orbit direction, …)
     border_noise: BorderNoise | None = None  # a SAR swath's edge strip, masked (`eoscale.raster.border_noise`)
+    # the other sensors' scenes warped onto this one's grid (`eoscale.raster.fused`): per sensor, which scene, its
+    # date, how many days from this one's, its orbit direction, the share of this scene it covers
+    fused: tuple[dict, ...] = ()
 
     @property
     def band_names(self) -> list[str]:
@@ -111,6 +117,7 @@ class Scene:
             **({"band_map": dict(self.band_map)} if self.band_map else {}),
             **({"acquisition": self.acquisition} if self.acquisition else {}),
             **({"border_noise": self.border_noise.to_attrs()} if self.border_noise else {}),
+            **({"fused": [dict(f) for f in self.fused]} if self.fused else {}),
         }
 
 

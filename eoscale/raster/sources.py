@@ -112,22 +112,72 @@ def check_one_sensor(scenes: list[Scene]) -> None:
 
 def open_scenes(patterns: list[str], *, bands: list[str] | None = None, band_names: list[str] | None = None,
                 band_map: dict[str, str] | None = None, scl_classes: tuple[int, ...] | None = None,
-                stac: list[str] | None = None) -> list[Scene]:
+                stac: list[str] | None = None, several_sensors: bool = False) -> list[Scene]:
     """All scenes named by `patterns` and by the STAC Items `stac` (`eoscale.raster.stac`), renamed by `band_map`,
-    checked to hold one sensor's bands and to share one band set (the `bands` subset when given)."""
-    wanted = None if band_map else bands  # a product's bands to take; under a band map, --bands are the new names
+    checked to hold one sensor's bands and to share one band set (the `bands` subset when given). With
+    `several_sensors`, scenes of several sensors may be given (`eoscale.raster.fused` pairs them): each sensor's
+    scenes share one band set (its bands of `bands`, or its products' usual set where `bands` names none of them)."""
+    if several_sensors:
+        try:
+            opened = _open(patterns, None, band_names=band_names, scl_classes=scl_classes, stac=stac)
+        except InputError:
+            opened = []  # one sensor's products that need their --bands to open: as without several sensors
+        scenes = [map_scene_bands(scene, band_map or {}) for scene in opened]
+        if len({s.sensor for s in scenes}) > 1:
+            return _several_sensors(scenes, bands)
+    return _one_sensor(patterns, bands=bands, band_names=band_names, band_map=band_map, scl_classes=scl_classes,
+                       stac=stac)
+
+
+def _open(patterns: list[str], wanted: list[str] | None, *, band_names: list[str] | None,
+          scl_classes: tuple[int, ...] | None, stac: list[str] | None) -> list[Scene]:
     opened = [open_scene(p, band_names=band_names, bands=wanted, scl_classes=scl_classes) for p in scene_paths(patterns)]
     opened += open_items(stac, bands=wanted, scl_classes=scl_classes) if stac else []
     if not opened:
         raise InputError("no scenes given: name them with --scenes, or their STAC items with --stac")
+    return opened
+
+
+def _several_sensors(scenes: list[Scene], bands: list[str] | None) -> list[Scene]:
+    """Scenes of several sensors, each sensor's checked as one sensor's are (`_same_bands`)."""
+    by_sensor: dict[str, list[Scene]] = {}
+    for scene in scenes:
+        by_sensor.setdefault(scene.sensor, []).append(scene)
+    chosen: dict[str, Scene] = {}
+    for group in by_sensor.values():
+        names = {normalise_band_name(b) for b in bands or []}
+        mine = [b for b in group[0].band_names if b in names] if bands else []
+        if bands:  # in the order --bands gives them
+            order = [normalise_band_name(b) for b in bands]
+            mine = sorted(mine, key=order.index)
+        for scene in _same_bands(group, mine or None):
+            chosen[scene.id] = scene
+    _unique_ids(scenes)
+    return [chosen[s.id] for s in scenes]
+
+
+def _one_sensor(patterns: list[str], *, bands: list[str] | None, band_names: list[str] | None,
+                band_map: dict[str, str] | None, scl_classes: tuple[int, ...] | None,
+                stac: list[str] | None) -> list[Scene]:
+    wanted = None if band_map else bands  # a product's bands to take; under a band map, --bands are the new names
+    opened = _open(patterns, wanted, band_names=band_names, scl_classes=scl_classes, stac=stac)
     scenes = [map_scene_bands(scene, band_map or {}) for scene in opened]
     if stac and bands and not band_map:
         bands = [b.name for b in scenes[-1].bands]  # an Item's bands may be named by asset key or common name
     check_one_sensor(scenes)
-    scenes = [select_scene_bands(s, bands) for s in scenes]
+    return _same_bands(scenes, bands)
+
+
+def _unique_ids(scenes: list[Scene]) -> None:
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share an id (file or directory name): {sorted(ids)}")
+
+
+def _same_bands(scenes: list[Scene], bands: list[str] | None) -> list[Scene]:
+    """One sensor's scenes, each with the `bands` (all of the first's), checked to share one band set."""
+    scenes = [select_scene_bands(s, bands) for s in scenes]
+    _unique_ids(scenes)
     reference = scenes[0]
     for scene in scenes[1:]:
         if sorted(scene.band_names) != sorted(reference.band_names):

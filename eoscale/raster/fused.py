@@ -1,0 +1,260 @@
+"""Scenes of several sensors as one: each reference scene with the other sensors' bands warped onto its grid.
+
+A store (or a prediction) of several sensors keeps every sensor's bands on the grid of the *reference sensor*'s scenes
+(by default the first of the given sensors in the registry's order, `eoscale.sensors`: the optical one), each sensor a
+group of consecutive bands (`eoscale.sensors.groups`). For each reference scene, the scene of each other sensor that
+covers it is chosen: the largest share of the reference scene's footprint covered (to a percent), then the nearest
+acquisition date, then the scene id. Its bands are warped onto the reference grid once, as its own reader reads them
+(`eoscale.raster.reader`: its masks, its border noise, a radar band resampled in linear power and then taken to dB on
+the store's scale; bilinear, or the average where the other sensor's pixels are finer by half or more), into one
+uint16 GeoTIFF a (reference scene, sensor) in the command's work folder, written under a temporary name and moved, so
+a resumed ingest reuses it. Where that sensor has no data (outside its swath, its border noise, its own masks), every
+one of its bands holds the reference scene's nodata, and only its bands: the reference sensor's clouds stay nodata in
+the reference bands only (`eoscale.raster.reader.MaskedWindow.groups`).
+
+The files are appended to the reference scene as `BandFile`s tagged with their sensor (`BandFile.sensor`), as the DEM's
+static layers are (`eoscale.raster.static`); the source files join the scene's `paths` (an ingest's fingerprint and
+lineage), and `Scene.fused` records per sensor which scene was used, its date, the days from the reference date, its
+orbit direction and the share it covers. `predict --missing-sensor dropout` stands a sensor without a scene by a file
+of nodata (`missing_file`), which reads as that sensor's channels at 0: the sensor-dropout path of training.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import rasterio
+from rasterio.enums import Resampling
+from rasterio.warp import transform_bounds
+from rasterio.windows import Window
+
+from eoscale.errors import InputError
+from eoscale.raster.reader import SceneReader, gdal_cache
+from eoscale.raster.scene import BandFile, Scene
+from eoscale.sensors import SENSORS, get_sensor
+from eoscale.sensors.copdem import COPDEM
+
+STRIP_PIXELS = 4_000_000  # pixels of one sensor's bands warped at a time
+MISSING_SENSOR = ("refuse", "dropout")
+
+
+def sensors_in_order(scenes: list[Scene]) -> list[str]:
+    """The sensors of `scenes`, in the registry's order (`eoscale.sensors`: Sentinel-2 first)."""
+    present = {s.sensor for s in scenes}
+    order = list(SENSORS)
+    return sorted(present, key=lambda name: order.index(name) if name in order else len(order))
+
+
+def reference_sensor(scenes: list[Scene], reference: str | None = None) -> str:
+    """`reference` (checked to be among the scenes' sensors), else the first of their sensors in the registry's order."""
+    present = sensors_in_order(scenes)
+    if reference is None:
+        return present[0]
+    name = get_sensor(reference).name
+    if name not in present:
+        raise InputError(f"--reference-sensor {reference!r}: no scene of it was given (the scenes are of "
+                         f"{', '.join(present)}): name one of those, or give its scenes")
+    return name
+
+
+def split_by_sensor(scenes: list[Scene], reference: str) -> tuple[list[Scene], dict[str, list[Scene]]]:
+    """The reference sensor's scenes, and the others' by sensor (registry order). A DEM given as scenes is refused:
+    it goes beside the scenes with --static, which also derives its slope."""
+    if COPDEM in {s.sensor for s in scenes}:
+        dem = next(s for s in scenes if s.sensor == COPDEM)
+        raise InputError(f"scene {dem.id!r} is a DEM ({get_sensor(COPDEM).title}): give it with --static DEM.tif (it "
+                         f"becomes elevation and slope bands on every scene's grid), not as a scene")
+    refs = [s for s in scenes if s.sensor == reference]
+    others = {name: [s for s in scenes if s.sensor == name] for name in sensors_in_order(scenes) if name != reference}
+    return refs, others
+
+
+def overlap(reference: Scene, other: Scene) -> float:
+    """The share of `reference`'s footprint (its bounds) that `other`'s bounds cover, in `reference`'s CRS."""
+    left, bottom, right, top = reference.bounds
+    o_left, o_bottom, o_right, o_top = transform_bounds(other.crs, reference.crs, *other.bounds, densify_pts=21)
+    width = max(0.0, min(right, o_right) - max(left, o_left))
+    height = max(0.0, min(top, o_top) - max(bottom, o_bottom))
+    return float(width * height / max((right - left) * (top - bottom), 1e-12))
+
+
+def _days(reference: Scene, other: Scene) -> int | None:
+    if reference.date is None or other.date is None:
+        return None
+    return (other.date - reference.date).days
+
+
+def choose(reference: Scene, candidates: list[Scene]) -> tuple[Scene, float] | None:
+    """The scene of `candidates` (one sensor's) to warp onto `reference` and the share of it that it covers: the
+    largest share to a percent, then the nearest date (an undated scene after dated ones), then the id; None where
+    none overlaps it."""
+    scored = [(c, overlap(reference, c)) for c in candidates]
+    scored = [(c, share) for c, share in scored if share > 0]
+    if not scored:
+        return None
+
+    def key(item: tuple[Scene, float]) -> tuple:
+        scene, share = item
+        days = _days(reference, scene)
+        return (-round(share, 2), abs(days) if days is not None else float("inf"), scene.id)
+
+    return min(scored, key=key)
+
+
+def pair_scenes(refs: list[Scene], others: dict[str, list[Scene]], *, missing: str = "refuse"
+                ) -> list[dict[str, tuple[Scene, float] | None]]:
+    """For each reference scene, the chosen scene of each other sensor (`choose`); one that none covers is refused
+    in one line (`missing="refuse"`), or left None (`"dropout"`: read as nodata)."""
+    if missing not in MISSING_SENSOR:
+        raise InputError(f"--missing-sensor {missing!r}: choose one of {', '.join(MISSING_SENSOR)}")
+    pairs = []
+    for ref in refs:
+        chosen = {name: choose(ref, scenes) for name, scenes in others.items()}
+        lacking = [name for name, pick in chosen.items() if pick is None]
+        if lacking and missing == "refuse":
+            raise InputError(missing_message(ref, lacking[0], given=bool(others[lacking[0]])))
+        pairs.append(chosen)
+    return pairs
+
+
+def missing_message(ref: Scene, sensor: str, *, given: bool, dropout: bool = False) -> str:
+    title = get_sensor(sensor).title
+    where = f"none of the {title} scenes given overlaps it" if given else f"no {title} scene was given"
+    fixes = f"give a {title} scene that covers it (--scenes or --stac)"
+    if dropout:
+        fixes += ", or map it without them with --missing-sensor dropout (its channels read 0, as a dropped sensor)"
+    else:
+        fixes += " or leave the scene out"
+    return f"scene {ref.id!r} has no {sensor} data: {where}; {fixes}"
+
+
+def _pixel_size(scene: Scene, crs) -> float:
+    """`scene`'s pixel width in the units of `crs`."""
+    left, _, right, _ = transform_bounds(scene.crs, crs, *scene.bounds, densify_pts=21)
+    return (right - left) / scene.width
+
+
+def on_grid(reference: Scene, other: Scene) -> tuple[Scene, Resampling]:
+    """`other` with `reference`'s grid as its own (its reader then warps its files onto it), its border-noise margin in
+    the new pixels, and the resampling its finer or coarser pixels call for."""
+    ratio = _pixel_size(other, reference.crs) / max(abs(reference.transform.a), 1e-12)
+    noise = other.border_noise
+    if noise is not None:
+        noise = replace(noise, margin_px=max(1, int(round(noise.margin_px * ratio))))
+    regridded = replace(other, crs=reference.crs, transform=reference.transform, width=reference.width,
+                        height=reference.height, nodata=reference.nodata, border_noise=noise)
+    return regridded, Resampling.average if ratio <= 0.5 else Resampling.bilinear
+
+
+def fused_file(folder: Path, reference: Scene, sensor: str) -> Path:
+    return folder / f"{reference.id}.{sensor}.tif"
+
+
+def _profile(reference: Scene, count: int) -> dict:
+    profile = {"driver": "GTiff", "width": reference.width, "height": reference.height, "count": count,
+               "dtype": "uint16", "crs": reference.crs, "transform": reference.transform, "nodata": reference.nodata,
+               "compress": "deflate", "predictor": 2}
+    if reference.width >= 256 and reference.height >= 256:
+        profile.update(tiled=True, blockxsize=256, blockysize=256)
+    return profile
+
+
+def write_fused(reference: Scene, other: Scene, path: Path) -> None:
+    """`other`'s bands on `reference`'s grid as a uint16 GeoTIFF at `path` (module docstring), in strips of rows,
+    written to a temporary name and moved."""
+    regridded, resampling = on_grid(reference, other)
+    nodata = np.uint16(reference.nodata)
+    rows = max(1, STRIP_PIXELS // max(reference.width * len(other.bands), 1))
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with SceneReader(regridded, resampling=resampling) as reader, gdal_cache(reader.cache_bytes()), \
+                rasterio.open(tmp, "w", **_profile(reference, len(other.bands))) as dst:
+            for top in range(0, reference.height, rows):
+                height = min(rows, reference.height - top)
+                block = reader.read_masked(top, 0, height, reference.width)
+                pixels = block.pixels
+                pixels[:, ~block.valid] = nodata
+                dst.write(pixels, window=Window(0, top, reference.width, height))
+            dst.descriptions = tuple(other.band_names)
+            dst.update_tags(sensor=other.sensor, scene=other.id, reference=reference.id,
+                            resampling=resampling.name)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def missing_file(reference: Scene, sensor: str, bands: list[str], path: Path) -> None:
+    """A file of `bands` at nodata all over `reference`'s grid (sparse: no block is written), for a sensor that has no
+    scene there (`predict --missing-sensor dropout`)."""
+    tmp = path.with_name(path.name + ".tmp")
+    profile = {**_profile(reference, len(bands)), "sparse_ok": True}
+    with rasterio.open(tmp, "w", **profile) as dst:
+        dst.descriptions = tuple(bands)
+        dst.update_tags(sensor=sensor, scene="", reference=reference.id, missing="dropout")
+    os.replace(tmp, path)
+
+
+def record(reference: Scene, other: Scene | None, share: float, sensor: str) -> dict:
+    """What the store (and a map's lineage) keeps of the scene of `sensor` used for `reference`."""
+    if other is None:
+        return {"sensor": sensor, "scene": None, "missing": True}
+    acquisition = other.acquisition or {}
+    return {"sensor": sensor, "scene": other.id, "paths": list(other.paths),
+            "date": other.date.isoformat() if other.date else None, "days": _days(reference, other),
+            "orbit_state": acquisition.get("orbit_state"), "platform": other.platform, "overlap": round(share, 4)}
+
+
+def with_other_sensors(refs: list[Scene], pairs: list[dict[str, tuple[Scene, float] | None]], folder: Path, *,
+                       bands: dict[str, list[str]] | None = None) -> list[Scene]:
+    """`refs`, each with its paired scenes' bands appended (sensor after sensor, in the pairs' order) from files in
+    `folder` (those already there, a resumed run's, kept); `bands` names each sensor's bands where a pair is None
+    (dropout), else a missing pair is an error."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for ref, chosen in zip(refs, pairs, strict=True):
+        extra, records, paths = [], [], list(ref.paths)
+        for sensor, pick in chosen.items():
+            path = fused_file(folder, ref, sensor)
+            if pick is None:
+                if bands is None or sensor not in bands:
+                    raise InputError(missing_message(ref, sensor, given=False))
+                names = list(bands[sensor])
+                if not path.exists():
+                    missing_file(ref, sensor, names, path)
+                records.append(record(ref, None, 0.0, sensor))
+            else:
+                other, share = pick
+                names = other.band_names
+                if not path.exists():
+                    write_fused(ref, other, path)
+                records.append(record(ref, other, share, sensor))
+                paths += [p for p in other.paths if p not in paths]
+            clash = [n for n in names if n in ref.band_names or any(b.name == n for b in extra)]
+            if clash:
+                raise InputError(f"band {clash[0]!r} is both {sensor}'s and another sensor's in scene {ref.id!r}: "
+                                 f"rename one with --band-map")
+            extra += [BandFile(name, str(path), i + 1, sensor=sensor) for i, name in enumerate(names)]
+        out.append(replace(ref, bands=ref.bands + tuple(extra), paths=tuple(paths), fused=tuple(records)))
+    return out
+
+
+def sensors_record(scene: Scene) -> list[dict]:
+    """The groups of `scene`'s bands in order, as a store's `sensors` attribute holds them: its own sensor's, each
+    other sensor's (`BandFile.sensor`), its static layers' (the Copernicus DEM's)."""
+    groups: list[dict] = []
+    for band in scene.bands:
+        name = COPDEM if band.static else band.sensor or scene.sensor
+        if groups and groups[-1]["name"] == name:
+            groups[-1]["bands"].append(band.name)
+        else:
+            groups.append({"name": name, "bands": [band.name]})
+    return groups
+
+
+__all__ = ["MISSING_SENSOR", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
+           "pair_scenes", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor",
+           "with_other_sensors", "write_fused"]
