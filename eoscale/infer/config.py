@@ -92,6 +92,9 @@ class PredictConfig:
                                       default=None, nargs="+", metavar="DEM")
     dem_datum: str | None = option("--dem-datum", "take a DEM whose file notes another vertical datum than EGM2008 "
                                    "as it is", default=None, metavar="NAME")
+    missing_sensor: str = option("--missing-sensor", "a checkpoint of several sensors, a scene without a scene of one "
+                                 "of its other sensors: refuse (one line), or dropout (that sensor's channels read 0, "
+                                 "as in training with sensor dropout)", default="refuse", choices=("refuse", "dropout"))
     ramp: str = option("--ramp", "how a window's weight falls off over the overlap when windows are blended",
                        default="cosine", choices=RAMPS)
     server: str | None = option("--server", "a Triton server running 'eoscale serve' (http://HOST:8000 or "

@@ -131,11 +131,37 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
         return
     np.subtract(cut, mean, out=out)
     out *= scale
-    if mask.any():  # nodata reads as the band mean, as in training
+    groups = block.groups() if block.others else ()
+    if groups:  # several sensors: each sensor's bands read 0 where it has no data, the others' as they are
+        _blank_groups(groups, ys - top, xs - left, grid, stride, out)
+    elif mask.any():  # nodata reads as the band mean, as in training
         cut_invalid = sliding_window_view(mask, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)
         np.copyto(out, 0.0, where=cut_invalid[:, None])
     if isinstance(block, StackWindow):  # so does a date where it holds none, though another date does
         _blank_dates(block.date_valid, ys - top, xs - left, grid, stride, out)
+
+
+def _blank_groups(groups, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int, out: np.ndarray) -> None:
+    """Each sensor's bands of `out` (windows, bands, y, x) set to 0 (the band mean) where that sensor holds no data
+    (`MaskedWindow.groups`); `ys`, `xs` the (mirrored) positions of the strip's rows and columns in the block read."""
+    for bands, missing in groups:
+        missing = missing[ys][:, xs]
+        if not missing.any():
+            continue
+        cut = sliding_window_view(missing, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)[:, None]
+        runs = _runs(bands)
+        for run in runs:  # consecutive bands as one view: np.copyto writes through a slice, not a list of indices
+            np.copyto(out[:, run], 0.0, where=cut)
+
+
+def _runs(bands: tuple[int, ...]) -> list[slice]:
+    """`bands` as slices of consecutive bands."""
+    out, start = [], 0
+    for i in range(1, len(bands) + 1):
+        if i == len(bands) or bands[i] != bands[i - 1] + 1:
+            out.append(slice(bands[start], bands[i - 1] + 1))
+            start = i
+    return out
 
 
 def _blank_dates(date_valid: np.ndarray, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int,

@@ -28,7 +28,7 @@ import torch
 
 from eoscale import __version__
 from eoscale.catalog.digest import file_record
-from eoscale.errors import InputError
+from eoscale.errors import BandMismatchError, InputError
 from eoscale.infer.config import PredictConfig, check_config
 from eoscale.infer.distributed import (
     Heartbeat,
@@ -60,7 +60,9 @@ from eoscale.raster.reader import gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
 from eoscale.raster.stac import open_items
 from eoscale.raster.stack import open_reader, stack_scenes
+from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.static import predict_static_layers, static_bands
+from eoscale.sensors.copdem import COPDEM
 from eoscale.sensors import parse_band_map
 from eoscale.track.profiler import Profile, Schedule
 
@@ -195,9 +197,19 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
     band_map = parse_band_map(config.band_map)
     statics = static_bands(model.contract.bands)  # a DEM's layers the checkpoint was trained with (--static)
-    wanted = None if band_map else [b for b in model.contract.bands if b not in statics]  # a SAFE product's bands
-    opened = [open_scene(p, band_names=config.band_names, bands=wanted) for p in scene_paths(config.inputs)]
-    opened += open_items(config.stac, bands=wanted) if config.stac else []  # eoscale.raster.stac
+    groups = model.contract.sensor_groups()
+    several = len([g for g in groups if g.name != COPDEM]) > 1  # a checkpoint of several sensors
+    # a SAFE product's bands; scenes of several sensors: each product's usual set, the contract's chosen below
+    wanted = None if band_map or several else [b for b in model.contract.bands if b not in statics]
+    opened = [s for p in scene_paths(config.inputs) for s in _opened(
+        lambda bands, p=p: [open_scene(p, band_names=config.band_names, bands=bands)], wanted, model.contract)]
+    opened += _opened(lambda bands: open_items(config.stac, bands=bands), wanted, model.contract) if config.stac else []
+    if several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
+        opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
+    elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:
+        extra = sorted({s.sensor for s in opened} - {model.contract.sensor})
+        raise BandMismatchError(f"the checkpoint was trained on {model.contract.sensor} alone and was given "
+                                f"{', '.join(extra)} scenes too: leave them out, or use a checkpoint trained on both")
     if statics or config.static:
         opened = predict_static_layers(opened, config.static, statics, accept_datum=config.dem_datum)
         band_map = {**band_map, **{n: n for n in statics}} if band_map else band_map
@@ -215,6 +227,25 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     check_window(window, config.overlap)
     readers = config.readers or reading_threads(model.device)
     return Plan(model, scenes, window, config.overlap, config.column_tile, readers, writer)
+
+
+def _opened(open_with, wanted: list[str] | None, contract) -> list[Scene]:
+    """`open_with(wanted)`; where a product lacks the bands because it is another sensor's (a radar scene for an
+    optical checkpoint), the one line says so."""
+    try:
+        return open_with(wanted)
+    except InputError:
+        if wanted is None:
+            raise
+        try:
+            scenes = open_with(None)
+        except InputError:
+            scenes = []
+        foreign = sorted({s.sensor for s in scenes} - {contract.sensor})
+        if foreign:
+            raise BandMismatchError(f"the checkpoint was trained on {contract.sensor} alone and was given {foreign[0]} "
+                                    f"scenes: leave them out, or use a checkpoint trained with {foreign[0]}") from None
+        raise
 
 
 def class_layers(config: PredictConfig, model) -> dict:

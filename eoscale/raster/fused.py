@@ -104,10 +104,11 @@ def choose(reference: Scene, candidates: list[Scene]) -> tuple[Scene, float] | N
     return min(scored, key=key)
 
 
-def pair_scenes(refs: list[Scene], others: dict[str, list[Scene]], *, missing: str = "refuse"
-                ) -> list[dict[str, tuple[Scene, float] | None]]:
+def pair_scenes(refs: list[Scene], others: dict[str, list[Scene]], *, missing: str = "refuse",
+                dropout_hint: bool = False) -> list[dict[str, tuple[Scene, float] | None]]:
     """For each reference scene, the chosen scene of each other sensor (`choose`); one that none covers is refused
-    in one line (`missing="refuse"`), or left None (`"dropout"`: read as nodata)."""
+    in one line (`missing="refuse"`; `dropout_hint`: the line names `--missing-sensor dropout` too), or left None
+    (`"dropout"`: read as nodata)."""
     if missing not in MISSING_SENSOR:
         raise InputError(f"--missing-sensor {missing!r}: choose one of {', '.join(MISSING_SENSOR)}")
     pairs = []
@@ -115,7 +116,7 @@ def pair_scenes(refs: list[Scene], others: dict[str, list[Scene]], *, missing: s
         chosen = {name: choose(ref, scenes) for name, scenes in others.items()}
         lacking = [name for name, pick in chosen.items() if pick is None]
         if lacking and missing == "refuse":
-            raise InputError(missing_message(ref, lacking[0], given=bool(others[lacking[0]])))
+            raise InputError(missing_message(ref, lacking[0], given=bool(others[lacking[0]]), dropout=dropout_hint))
         pairs.append(chosen)
     return pairs
 
@@ -242,6 +243,34 @@ def with_other_sensors(refs: list[Scene], pairs: list[dict[str, tuple[Scene, flo
     return out
 
 
+def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse") -> list[Scene]:
+    """`predict` of a checkpoint of several sensors (`groups`: its contract's `SensorGroup`s, the reference sensor
+    first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
+    an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
+    trained with, or no scene of its reference sensor, is one line; a sensor missing over a scene is refused in one
+    line, or (`missing="dropout"`) read as nodata."""
+    import atexit
+    import shutil
+    import tempfile
+
+    reference = groups[0].name
+    trained = [g.name for g in groups if g.name != COPDEM]
+    given = sensors_in_order(scenes)
+    foreign = [name for name in given if name not in trained]
+    if foreign:
+        raise InputError(f"the checkpoint was trained on {', '.join(trained)} and was given {foreign[0]} scenes: "
+                         f"leave them out, or use a checkpoint trained with {foreign[0]}")
+    refs, others = split_by_sensor(scenes, reference)
+    if not refs:
+        raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
+                         f"({reference}); give them with --scenes or --stac")
+    others = {name: others.get(name, []) for name in trained[1:]}
+    pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)
+    folder = Path(tempfile.mkdtemp(prefix="eoscale-fused-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return with_other_sensors(refs, pairs, folder, bands={g.name: list(g.bands) for g in groups[1:]})
+
+
 def sensors_record(scene: Scene) -> list[dict]:
     """The groups of `scene`'s bands in order, as a store's `sensors` attribute holds them: its own sensor's, each
     other sensor's (`BandFile.sensor`), its static layers' (the Copernicus DEM's)."""
@@ -256,5 +285,5 @@ def sensors_record(scene: Scene) -> list[dict]:
 
 
 __all__ = ["MISSING_SENSOR", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
-           "pair_scenes", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor",
+           "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor",
            "with_other_sensors", "write_fused"]

@@ -1,0 +1,129 @@
+"""`eoscale predict` of a checkpoint of several sensors (its contract's `sensors`): Sentinel-2 scenes with the
+Sentinel-1 scenes that cover them, warped onto their grids as ingest does (`eoscale.raster.fused`), into valid COGs;
+each sensor's channels read 0 where that sensor has no data, so the map has classes wherever either sensor sees the
+ground; a missing sensor refused in one line naming both fixes, or read as 0 with `--missing-sensor dropout`; a
+checkpoint given a sensor it was not trained with refused in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+import torch
+from rio_cogeo.cogeo import cog_validate
+
+from eoscale.bands import SENTINEL2_NAMES
+from eoscale.cli import main
+from eoscale.contract import CONTRACT_KEY, BandContract
+from eoscale.infer.predict import read_strip
+from eoscale.infer.windows import WindowGrid
+from eoscale.raster.fused import predict_other_sensors
+from eoscale.raster.reader import SceneReader
+from eoscale.raster.sources import open_scene
+from eoscale.sensors.groups import parse_groups
+from eoscale.synth import synthesize
+from tests.checkpoints import TABLE, TILE, make_checkpoint
+
+RADAR = ("VV", "VH")
+SENSORS = ({"name": "sentinel-2", "bands": list(SENTINEL2_NAMES)}, {"name": "sentinel-1", "bands": list(RADAR)})
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory):
+    return synthesize(tmp_path_factory.mktemp("fused") / "set", scenes=1, size=(96, 128), seed=4,
+                      sensors=("s2", "s1"))
+
+
+@pytest.fixture(scope="module")
+def fused_checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint whose contract lists Sentinel-2's and Sentinel-1's bands as two sensors, as a fit on a store of
+    both writes (a plain network over every band: a valid network of several sensors)."""
+    from eoscale.train.task import SegmentationTask
+
+    bands = (*SENTINEL2_NAMES, *RADAR)
+    task = SegmentationTask(backbone="test_resnet", decoder_channels=8, in_chans=len(bands), num_classes=len(TABLE),
+                            img_size=TILE, init_seed=0)
+    torch.manual_seed(0)
+    network = task.configure_models()
+    mean = tuple([1500.0] * len(SENTINEL2_NAMES) + [9000.0, 8400.0])
+    std = tuple([1000.0] * len(SENTINEL2_NAMES) + [400.0, 400.0])
+    contract = BandContract(bands, mean, std, TILE, tuple(TABLE.to_records()), sensor="sentinel-2", sensors=SENSORS)
+    path = tmp_path_factory.mktemp("ckpt") / "fused.ckpt"
+    torch.save({"epoch": 0, "global_step": 1, "pytorch-lightning_version": "2.6.6",
+                "state_dict": {f"model.{k}": v for k, v in network.state_dict().items()},
+                "hyper_parameters": dict(task.hparams), CONTRACT_KEY: contract.to_dict()}, path)
+    return path
+
+
+def _predict(checkpoint, out, *inputs, extra=()):
+    return main(["predict", "--checkpoint", str(checkpoint), "--input", *map(str, inputs), "--output", str(out),
+                 "--device", "cpu", "--no-progress", *extra])
+
+
+def _map(out: Path, place) -> np.ndarray:
+    path = out / f"{place.scene_paths[0].stem}_landcover.tif"
+    valid, errors, _ = cog_validate(str(path))
+    assert valid and not errors
+    with rasterio.open(path) as src:
+        return src.read(1, masked=True)
+
+
+def test_both_sensors_map_where_either_sees_and_dropout_where_only_the_optical_does(place, fused_checkpoint, tmp_path):
+    radar = place.sar_items[0].parent
+    assert _predict(fused_checkpoint, tmp_path / "both", place.scene_paths[0], radar) == 0
+    assert _predict(fused_checkpoint, tmp_path / "dropout", place.scene_paths[0],
+                    extra=("--missing-sensor", "dropout")) == 0
+    both, dropout = _map(tmp_path / "both", place), _map(tmp_path / "dropout", place)
+    with rasterio.open(place.scene_paths[0]) as src:
+        optical = src.read_masks(1) > 0
+    # with radar the map has classes under the optical swath's gap where the radar sees; without, only where optics do
+    assert not optical.all() and (~dropout.mask == optical).all()
+    assert (~both.mask).sum() > optical.sum()
+    assert not (both.mask & optical).any()
+
+
+def test_each_sensor_reads_zero_where_it_has_no_data(place):
+    groups = parse_groups(SENSORS, (*SENTINEL2_NAMES, *RADAR))
+    scenes = [open_scene(str(place.scene_paths[0])), open_scene(str(place.sar_items[0].parent))]
+    (fused,) = predict_other_sensors(scenes, groups)
+    (dropped,) = predict_other_sensors(scenes[:1], groups, missing="dropout")
+    assert [f["sensor"] for f in fused.fused] == ["sentinel-1"] and fused.fused[0]["orbit_state"] == "ascending"
+    assert dropped.fused[0]["missing"]
+    mean, scale = np.zeros((12, 1, 1), np.float32), np.ones((12, 1, 1), np.float32)  # the values as read
+    grid = WindowGrid.make(fused.height, fused.width, window=32, overlap=0.0)  # 3 × 4 windows tiling the scene
+    with SceneReader(fused) as reader, SceneReader(dropped) as without:
+        block = reader.read_masked(0, 0, fused.height, fused.width)
+        optical_missing, radar_missing = (missing for _, missing in block.groups())
+        assert (optical_missing & ~radar_missing).any() and (radar_missing & ~optical_missing).any()
+        seen = np.zeros((12, fused.height, fused.width), np.float32)
+        for row in range(grid.rows.count):
+            strip = read_strip(reader, grid, row, mean=mean, scale=scale)
+            plain = read_strip(without, grid, row, mean=mean, scale=scale).windows.numpy()
+            assert (plain[:, 10:] == 0).all()  # dropout: the radar channels all 0, the optical ones as with radar
+            np.testing.assert_array_equal(plain[:, :10], strip.windows.numpy()[:, :10])
+            for k, window in enumerate(strip.windows.numpy()):
+                seen[:, row * 32:(row + 1) * 32, k * 32:(k + 1) * 32] = window
+    raw = block.pixels.astype(np.float32)
+    # each sensor's channels are 0 exactly where it has no data, its values elsewhere (valid values are at least 1)
+    np.testing.assert_array_equal(seen[:10], np.where(optical_missing, 0, raw[:10]))
+    np.testing.assert_array_equal(seen[10:], np.where(radar_missing, 0, raw[10:]))
+    assert (seen[10:, optical_missing & ~radar_missing] > 0).all()
+
+
+def test_a_missing_sensor_is_refused_in_one_line_naming_both_fixes(place, fused_checkpoint, tmp_path, capsys):
+    out = tmp_path / "refused"
+    assert _predict(fused_checkpoint, out, place.scene_paths[0]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sentinel-1" in err and "--missing-sensor dropout" in err, err
+    assert "--scenes or --stac" in err and not out.exists()
+
+
+def test_a_checkpoint_given_a_sensor_it_was_not_trained_with_is_refused(place, tmp_path, capsys):
+    checkpoint = make_checkpoint(tmp_path / "s2.ckpt")
+    out = tmp_path / "refused"
+    assert _predict(checkpoint, out, place.scene_paths[0], place.sar_items[0].parent) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "sentinel-1" in err and "trained on sentinel-2 alone" in err and "sentinel-1 scenes" in err, err
+    assert not out.exists()
