@@ -53,7 +53,7 @@ def reference_sensor(scenes: list[Scene], reference: str | None = None) -> str:
     present = sensors_in_order(scenes)
     if reference is None:
         return present[0]
-    name = get_sensor(reference).name
+    name = SENSORS[reference.strip().lower()].name if reference.strip().lower() in SENSORS else None
     if name not in present:
         raise InputError(f"--reference-sensor {reference!r}: no scene of it was given (the scenes are of "
                          f"{', '.join(present)}): name one of those, or give its scenes")

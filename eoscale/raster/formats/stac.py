@@ -236,6 +236,10 @@ def open_item(source: ItemSource, *, bands: list[str] | None = None, scl_classes
     sensor, platform = item_sensor(source)
     if sensor in ITEM_OPENERS:
         return ITEM_OPENERS[sensor](source, bands=bands)
+    if sensor == "copdem":  # heights, not a scene: the DEM goes beside the scenes (eoscale.raster.static)
+        raise InputError(f"STAC item {item.id!r} ({source.path}) is a DEM ({get_sensor(sensor).title}): give its "
+                         f"file with --static DEM.tif (it becomes elevation and slope bands on every scene's grid), "
+                         f"not as a scene")
     found = band_assets(source, sensor)
     if not found:
         raise InputError(f"STAC item {item.id!r} ({source.path}) has no band assets eoscale can name (assets: "
