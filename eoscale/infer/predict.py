@@ -126,12 +126,14 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
     # instead of normalising first and copying the windows after, which takes several times as long
     cut = sliding_window_view(raw, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)
     out = windows[ks.start : ks.stop]
+    groups = block.groups() if block.others else ()
     if mean is None:  # raw values (float32 holds every uint16 exactly); the model's server normalises them
         np.copyto(out, cut)
+        if groups:  # each sensor's bands at nodata where it has none (its clouds too): the server zeroes them
+            _blank_groups(groups, ys - top, xs - left, grid, stride, out, value=reader.scene.nodata)
         return
     np.subtract(cut, mean, out=out)
     out *= scale
-    groups = block.groups() if block.others else ()
     if groups:  # several sensors: each sensor's bands read 0 where it has no data, the others' as they are
         _blank_groups(groups, ys - top, xs - left, grid, stride, out)
     elif mask.any():  # nodata reads as the band mean, as in training
@@ -141,9 +143,11 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
         _blank_dates(block.date_valid, ys - top, xs - left, grid, stride, out)
 
 
-def _blank_groups(groups, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int, out: np.ndarray) -> None:
-    """Each sensor's bands of `out` (windows, bands, y, x) set to 0 (the band mean) where that sensor holds no data
-    (`MaskedWindow.groups`); `ys`, `xs` the (mirrored) positions of the strip's rows and columns in the block read."""
+def _blank_groups(groups, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int, out: np.ndarray, *,
+                  value: float = 0.0) -> None:
+    """Each sensor's bands of `out` (windows, bands, y, x) set to `value` (0: the band mean) where that sensor holds
+    no data (`MaskedWindow.groups`); `ys`, `xs` the (mirrored) positions of the strip's rows and columns in the block
+    read."""
     for bands, missing in groups:
         missing = missing[ys][:, xs]
         if not missing.any():
@@ -151,7 +155,7 @@ def _blank_groups(groups, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stri
         cut = sliding_window_view(missing, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)[:, None]
         runs = _runs(bands)
         for run in runs:  # consecutive bands as one view: np.copyto writes through a slice, not a list of indices
-            np.copyto(out[:, run], 0.0, where=cut)
+            np.copyto(out[:, run], value, where=cut)
 
 
 def _runs(bands: tuple[int, ...]) -> list[slice]:

@@ -104,6 +104,14 @@ class ServedModel:
         out *= self.scale
         if valid is not None and not valid.all():
             np.copyto(out, 0.0, where=~valid[:, None])
+        if self.contract.sensors is not None:  # several sensors: each reads 0 where all its bands are at nodata (0)
+            bands = len(self.contract.bands)
+            for step in range(self.contract.time_steps):
+                for group in self.contract.sensor_groups():
+                    channels = slice(step * bands + group.start, step * bands + group.stop)
+                    missing = np.all(windows[:, channels] == 0, axis=1)
+                    if missing.any():
+                        np.copyto(out[:, channels], 0.0, where=missing[:, None])
         return out
 
     def probabilities(self, x: np.ndarray) -> torch.Tensor:

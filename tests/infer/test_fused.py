@@ -127,3 +127,27 @@ def test_a_checkpoint_given_a_sensor_it_was_not_trained_with_is_refused(place, t
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "sentinel-1" in err and "trained on sentinel-2 alone" in err and "sentinel-1 scenes" in err, err
     assert not out.exists()
+
+
+def test_a_served_model_zeroes_each_sensor_as_predict_does(place, fused_checkpoint):
+    """`eoscale serve` normalises the raw windows `predict --server` sends (each sensor's bands at nodata where it has
+    none) to exactly what `predict` computes itself."""
+    from eoscale.infer.model import load_model
+    from eoscale.serve.landcover import ServedModel
+
+    model = load_model(fused_checkpoint)
+    served = ServedModel("local", model.network, model.contract, {})
+    scenes = [open_scene(str(place.scene_paths[0])), open_scene(str(place.sar_items[0].parent))]
+    (fused,) = predict_other_sensors(scenes, model.contract.sensor_groups())
+    mean, scale = model.contract.normalisation()
+    grid = WindowGrid.make(fused.height, fused.width, window=32, overlap=0.0)
+    blanked = 0
+    with SceneReader(fused) as reader:
+        for row in range(grid.rows.count):
+            local = read_strip(reader, grid, row, mean=mean, scale=scale)
+            raw = read_strip(reader, grid, row, mean=None, scale=None)
+            valid = np.stack([raw.valid[:, k * 32:(k + 1) * 32] for k in range(grid.cols.count)])
+            np.testing.assert_array_equal(served.normalise(raw.windows.numpy().astype(np.uint16), valid),
+                                          local.windows.numpy())
+            blanked += int((local.windows.numpy()[:, :10] == 0).all(axis=1).sum())
+    assert blanked  # some pixels had no optical data: the optical channels were zeroed there
