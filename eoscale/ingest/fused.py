@@ -1,7 +1,9 @@
 """`ingest` of scenes of several sensors: the other sensors' bands beside the reference sensor's (`eoscale.raster.fused`).
 
 The reference sensor's scenes are the store's grids (`--reference-sensor`, default the first given sensor in the
-registry's order: the optical one). Before anything is written each reference scene is paired with a scene of every
+registry's order: the optical one). Radar beside optical scenes is fused as given; scenes of two optical sensors
+(Sentinel-2 and Landsat) are fused only when `--reference-sensor` asks for it, since they are as often one sensor's
+bands under other names (`--band-map`). Before anything is written each reference scene is paired with a scene of every
 other sensor (one that covers none of it is refused in one line); the pairs enter the ingest's fingerprint as the
 paired scenes' files (added to the reference scene's paths) and as parameters (the sensors, the pairs). The warped
 files are written into the ingest's work folder (`<output>.partial/progress/fused/`), so they are removed with it and a
@@ -18,6 +20,8 @@ from pathlib import Path
 from eoscale.errors import InputError
 from eoscale.raster.fused import pair_scenes, reference_sensor, sensors_in_order, split_by_sensor, with_other_sensors
 from eoscale.raster.scene import Scene
+from eoscale.raster.sources import check_one_sensor
+from eoscale.sensors.sentinel1 import SENTINEL1
 
 FOLDER = "fused"  # under the ingest's progress folder
 
@@ -33,6 +37,9 @@ def plan_sensors(scenes: list[Scene], reference: str | None, *, time_series: boo
     if time_series:
         raise InputError(f"a time series of several sensors ({', '.join(sensors_in_order(scenes))}) is not supported "
                          f"yet: ingest one sensor's dates with --time-series, or the sensors without it")
+    if reference is None and not any(s.sensor == SENTINEL1 for s in scenes):
+        # several optical sensors may be one sensor's bands under another name (--band-map) or a fusion: asked for
+        check_one_sensor(scenes)
     name = reference_sensor(scenes, reference)
     refs, others = split_by_sensor(scenes, name)
     pairs = pair_scenes(refs, others)

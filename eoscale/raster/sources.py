@@ -106,7 +106,8 @@ def check_one_sensor(scenes: list[Scene]) -> None:
             raise InputError(
                 f"scene {scene.id!r} holds {get_sensor(scene.sensor).title} bands ({', '.join(scene.band_names)}) "
                 f"but {first.id!r} holds {get_sensor(first.sensor).title} bands: ingest them into separate stores, "
-                f"or map one's bands onto the other's with --band-map (e.g. SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A)"
+                f"or map one's bands onto the other's with --band-map (e.g. SR_B2=B02,SR_B3=B03,SR_B4=B04,SR_B5=B8A), "
+                f"or keep each its own bands on one grid with --reference-sensor {first.sensor}"
             )
 
 

@@ -1,6 +1,6 @@
 """`eoscale ingest --static`: a DEM's elevation, slope and aspect as extra store bands with their own statistics,
 on each scene's grid; the scenes' own validity unchanged; a DEM that does not cover a scene or notes another vertical
-datum refused in one line, nothing written; Sentinel-1 beside Sentinel-2 refused with the right advice."""
+datum refused in one line, nothing written; Sentinel-1 beside Sentinel-2 one store of both."""
 
 from __future__ import annotations
 
@@ -100,9 +100,8 @@ def test_unknown_static_layer_is_one_line(fused, tmp_path, capsys):
     assert "choose among elevation,slope,aspect" in capsys.readouterr().err
 
 
-def test_radar_beside_optical_scenes_says_ingest_them_separately(fused, tmp_path, capsys):
+def test_radar_beside_optical_scenes_makes_one_store_of_both(fused, tmp_path):
     scenes = [str(fused.scene_paths[0]), str(fused.sar_items[0].parent)]
-    assert _ingest(tmp_path / "mixed.zarr", fused, scenes=scenes) == 2
-    err = capsys.readouterr().err.strip()
-    assert "one store holds one sensor today" in err and "separately" in err and "SR_B2" not in err
-    assert len(err.splitlines()) == 1 and not (tmp_path / "mixed.zarr").exists()
+    assert _ingest(tmp_path / "mixed.zarr", fused, scenes=scenes) == 0  # eoscale.raster.fused: tests/ingest/test_fused
+    assert [g["name"] for g in open_store(tmp_path / "mixed.zarr").attrs[schema.ATTR_SENSORS]] == ["sentinel-2",
+                                                                                                    "sentinel-1"]
