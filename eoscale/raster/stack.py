@@ -135,7 +135,7 @@ class StackReader:
         blocks = [r.read_masked(row_off, col_off, height, width) for r in self._readers]
         date_valid = np.stack([b.valid for b in blocks])
         valid = date_valid.all(0) if self.scene.require == "all" else date_valid.any(0)
-        return StackWindow(np.concatenate([b.pixels for b in blocks]), ~valid, np.zeros_like(valid), date_valid)
+        return StackWindow(np.concatenate([b.pixels for b in blocks]), ~valid, np.zeros_like(valid), date_valid=date_valid)
 
 
 def open_reader(scene: Scene) -> SceneReader | StackReader:
