@@ -55,15 +55,15 @@ from eoscale.infer.outputs import (
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
+from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 from eoscale.raster.reader import gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
 from eoscale.raster.stac import open_items
 from eoscale.raster.stack import open_reader, stack_scenes
-from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.static import predict_static_layers, static_bands
-from eoscale.sensors.copdem import COPDEM
 from eoscale.sensors import parse_band_map
+from eoscale.sensors.copdem import COPDEM
 from eoscale.track.profiler import Profile, Schedule
 
 WORK_DIR = ".eoscale-predict"

@@ -18,7 +18,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from eoscale.errors import InputError
-from eoscale.raster.fused import pair_scenes, reference_sensor, sensors_in_order, split_by_sensor, with_other_sensors
+from eoscale.raster.fused import (
+    pair_scenes,
+    reference_sensor,
+    sensors_in_order,
+    split_by_sensor,
+    with_other_sensors,
+)
 from eoscale.raster.scene import Scene
 from eoscale.raster.sources import check_one_sensor
 from eoscale.sensors.sentinel1 import SENTINEL1
