@@ -32,6 +32,7 @@ def describe(path: str) -> dict:
         "shard_tiles": attrs[schema.ATTR_SHARD_TILES],
         "shards": -(-int(ds.sizes[schema.TILE]) // attrs[schema.ATTR_SHARD_TILES]),
         "sensor": recorded_sensor(attrs.get(schema.ATTR_SENSOR), attrs[schema.ATTR_BANDS]),
+        **({"sensors": attrs[schema.ATTR_SENSORS]} if attrs.get(schema.ATTR_SENSORS) else {}),  # several: groups
         "bands": attrs[schema.ATTR_BANDS],
         "wavelengths_nm": attrs[schema.ATTR_WAVELENGTHS],
         "statistics": attrs[schema.ATTR_STATISTICS],
@@ -108,7 +109,10 @@ def run(args: argparse.Namespace) -> int:
         f"in {info['shards']} shards of {info['shard_tiles']}, {info['bytes_on_disk'] / 1e6:.1f} MB on disk; "
         f"{len(info['scenes'])} scenes ({crs_names})"
     )
-    bands = Table(title=f"{get_sensor(info['sensor']).title} bands (statistics over valid pixels)")
+    titles = [get_sensor(g["name"]).title for g in info.get("sensors", [{"name": info["sensor"]}])]
+    # several sensors: each band's statistics over the pixels where its own sensor has data
+    bands = Table(title=f"{' + '.join(titles)} bands (statistics over valid pixels"
+                        f"{', each sensor its own' if len(titles) > 1 else ''})")
     for col in ("band", "nm", "mean", "std", "p02", "p98"):
         bands.add_column(col, justify="right")
     stats = info["statistics"]

@@ -126,6 +126,9 @@ def open_scenes(patterns: list[str], *, bands: list[str] | None = None, band_nam
         scenes = [map_scene_bands(scene, band_map or {}) for scene in opened]
         if len({s.sensor for s in scenes}) > 1:
             return _several_sensors(scenes, bands)
+        if opened and (band_map or not bands):  # opened as one sensor's scenes would be: not again
+            return _one_sensor(patterns, bands=bands, band_names=band_names, band_map=band_map,
+                               scl_classes=scl_classes, stac=stac, opened=opened)
     return _one_sensor(patterns, bands=bands, band_names=band_names, band_map=band_map, scl_classes=scl_classes,
                        stac=stac)
 
@@ -159,9 +162,10 @@ def _several_sensors(scenes: list[Scene], bands: list[str] | None) -> list[Scene
 
 def _one_sensor(patterns: list[str], *, bands: list[str] | None, band_names: list[str] | None,
                 band_map: dict[str, str] | None, scl_classes: tuple[int, ...] | None,
-                stac: list[str] | None) -> list[Scene]:
+                stac: list[str] | None, opened: list[Scene] | None = None) -> list[Scene]:
     wanted = None if band_map else bands  # a product's bands to take; under a band map, --bands are the new names
-    opened = _open(patterns, wanted, band_names=band_names, scl_classes=scl_classes, stac=stac)
+    if opened is None:
+        opened = _open(patterns, wanted, band_names=band_names, scl_classes=scl_classes, stac=stac)
     scenes = [map_scene_bands(scene, band_map or {}) for scene in opened]
     if stac and bands and not band_map:
         bands = [b.name for b in scenes[-1].bands]  # an Item's bands may be named by asset key or common name

@@ -39,7 +39,7 @@ def _items(fused):
     return ["--stac", *map(str, fused.item_paths), *map(str, fused.sar_items)]
 
 
-def test_items_and_folders_give_one_store_of_both_sensors(fused, tmp_path):
+def test_items_and_folders_give_one_store_of_both_sensors(fused, tmp_path, capsys):
     assert _ingest(tmp_path / "items.zarr", fused, *_items(fused)) == 0
     folders = [str(p.parent) for p in fused.sar_items]
     assert _ingest(tmp_path / "folders.zarr", fused, "--stac", *map(str, fused.item_paths), "--scenes", *folders) == 0
@@ -58,6 +58,9 @@ def test_items_and_folders_give_one_store_of_both_sensors(fused, tmp_path):
     assert [r["date"] for r in records] == ["2024-06-02", "2024-06-08"] and all(r["overlap"] == 1.0 for r in records)
     # the radar files are inputs of the store (its lineage and the resume fingerprint)
     assert any(p["path"].endswith("vv.tif") for p in attrs[schema.ATTR_INPUTS])
+    capsys.readouterr()
+    assert main(["info", "--json", str(tmp_path / "items.zarr")]) == 0
+    assert json.loads(capsys.readouterr().out)["sensors"] == attrs[schema.ATTR_SENSORS]
 
 
 def test_each_sensor_keeps_its_own_nodata_and_statistics(fused, tmp_path):
