@@ -127,8 +127,10 @@ def mixed_design_check(runs: list[dict]) -> dict | None:
     if not rounds:
         return None
     errors = np.array([r["pool_oa_estimate"] - r["pool_oa_census"] for r in rounds])
-    covered = sum(abs(e) <= r["pool_oa_ci95"] for e, r in zip(errors, rounds, strict=True))
-    return {"samples": len(rounds), "mean_error": float(errors.mean()), "ci95_covered": f"{covered}/{len(rounds)}"}
+    intervals = [(e, r["pool_oa_ci95"]) for e, r in zip(errors, rounds, strict=True) if r["pool_oa_ci95"] is not None]
+    covered = sum(abs(e) <= half for e, half in intervals)  # no interval where a stratum had a single point
+    return {"samples": len(rounds), "mean_error": float(errors.mean()), "sd_error": float(errors.std()),
+            "ci95_covered": f"{covered}/{len(intervals)}"}
 
 
 def reference_forest(pool, assessed, held_out, table, work: Path, args) -> dict | None:
