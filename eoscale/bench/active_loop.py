@@ -32,8 +32,8 @@ STRATEGY_KEYS = {"random": float, "per_class": int, "interior": int, "spacing": 
 class Strategy:
     """How a batch is chosen: `name` random, margin or entropy; with a measure, `random` is the share of each batch
     drawn at random instead (a stratified `eoscale sample --n`), the rest `eoscale sample --by mixed` with these
-    `spacing`, `per_class`, `interior` and `quotas`. A random strategy with `interior` or `spacing` draws through
-    the same path on a flat uncertainty (a control: the spacing and interior without the uncertainty)."""
+    `spacing`, `per_class`, `interior` and `quotas`. `random` with options (`random:interior=1:spacing=16`) draws
+    through that same path on a flat uncertainty: a control, the spacing and interior without the uncertainty."""
 
     label: str
     name: str
@@ -49,7 +49,9 @@ class Strategy:
 
     @property
     def flat(self) -> bool:
-        return self.name == "random" and (self.interior > 0 or self.label != "random")
+        """Plain `random` is always the baseline (a stratified `eoscale sample --n`, whatever the bench's spacing and
+        interior); `random:…` with options is the control."""
+        return self.name == "random" and self.label != "random"
 
 
 def parse_strategy(token: str, defaults: dict) -> Strategy:
