@@ -58,8 +58,8 @@ class Selection:
         from eoscale.maps.classmap import file_identity
 
         return {"uncertainty": {"path": str(self.uncertainty.resolve()), **file_identity(self.uncertainty)},
-                "measure": self.measure or "as given", "spacing_pixels": self.spacing, "per_class": self.per_class, "interior_pixels": self.interior,
-                "quotas": self.quotas or "none"}
+                "measure": self.measure or "as given", "spacing_pixels": self.spacing, "per_class": self.per_class,
+                "interior_pixels": self.interior, "quotas": self.quotas or "none"}
 
 
 def entropy(probabilities: np.ndarray) -> np.ndarray:
