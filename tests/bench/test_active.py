@@ -19,7 +19,7 @@ DEFAULTS = {"random": 0.0, "per_class": 0, "interior": 1, "spacing": 16, "quotas
 @pytest.mark.slow
 def test_the_active_learning_loop_records_both_strategies(tmp_path):
     assert main(["bench", "active", "--size", "120", "--rounds", "2", "--seeds", "2", "--batch", "10", "--initial", "30",
-                 "--assessment-n", "60", "--reference-labels", "300", "--record", str(tmp_path)]) == 0
+                 "--assessment-n", "60", "--reference-labels", "300", "--spacing", "6", "--record", str(tmp_path)]) == 0
     (record,) = json.loads((tmp_path / "active.json").read_text())
     assert record["command"].startswith("eoscale bench active --size 120")
     assert {r["strategy"] for r in record["runs"]} == {"random", "entropy"}
