@@ -1,0 +1,87 @@
+"""Fitting networks of several sensors (`eoscale.models.fusion`): under DDP and FSDP2 on two CPU ranks, the checkpoint
+rebuilt by `load_network` as trained, and sensor dropout teaching a model to map a tile without its optical sensor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from eoscale.cli import main as eoscale_main
+from eoscale.data.datamodule import TileDataModule
+from eoscale.models.checkpoint import load_network
+from eoscale.train.cli import main
+from tests.processes import torchrun
+from tests.train.fusion_fits import CONFIGS, SMALL, STEPS
+
+
+@pytest.mark.slow
+def test_fit_of_several_sensors_under_ddp_and_fsdp2(sensor_store: Path, tmp_path: Path):
+    """One torchrun of two gloo ranks fits the fusion config (stems, sensor dropout) under DDP, then FSDP2; each
+    checkpoint, rebuilt by `load_network` (the FSDP2 one consolidated first), maps as the trained network did."""
+    result = torchrun("tests.train.fusion_fits", [str(tmp_path), str(sensor_store), "ddp", "fsdp"], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    for strategy in ("ddp", "fsdp"):
+        ranks = [torch.load(tmp_path / strategy / "probe" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+        for rank in ranks:
+            assert rank["world_size"] == 2 and rank["step"] == STEPS
+            assert all(torch.isfinite(torch.tensor(rank["losses"])))
+        assert ranks[0]["losses"] != ranks[1]["losses"]  # each rank its own batches
+        torch.testing.assert_close(ranks[0]["output"], ranks[1]["output"])  # one model
+        (last,) = (tmp_path / strategy).rglob("last.ckpt")
+        if strategy == "fsdp":
+            held = ranks[0]["local"] / ranks[0]["total"]
+            assert abs(held - 0.5) < 0.05, held  # each rank holds half of the network, stems included
+            assert last.is_dir()
+            full = tmp_path / "fsdp-full.ckpt"
+            assert eoscale_main(["consolidate", str(last), str(full)]) == 0
+            last = full
+        trained = load_network(last)
+        args = trained.spec["args"]
+        assert args["fusion"] == "stems" and [s["name"] for s in args["sensors"]] == ["sentinel-2", "sentinel-1"]
+        assert trained.contract.sensor_names() == ["sentinel-2", "sentinel-1"]
+        with torch.no_grad():
+            out = trained.network(ranks[0]["input"])
+        torch.testing.assert_close(out, ranks[0]["output"], rtol=1e-5, atol=1e-5)
+
+
+def radar_only_accuracy(checkpoint: Path, store: Path, *, split: str = "val") -> tuple[float, float, float]:
+    """Pixel accuracy of `checkpoint`'s network on `split` with every tile's first sensor group (the optical one)
+    missing (all 0, as predict and the loader give a sensor without data), on the labelled pixels the second group
+    sees; the same with both groups; and the share of the most frequent class among those pixels (chance)."""
+    trained = load_network(checkpoint)
+    dm = TileDataModule(store, batch_size=8, num_workers=0, predict_split=split, shared_memory=False)
+    dm.setup("predict")
+    optical, radar = dm.sensor_groups
+    right = right_both = total = 0
+    counts = torch.zeros(dm.num_classes)
+    with dm.predict_dataloader() as loader, torch.no_grad():
+        for batch in loader:
+            batch = dm.normalise(batch)
+            x, label = batch["image"], batch["label"]
+            seen = (x[:, radar.channels] != 0).any(dim=1) & (label != dm.ignore_index)
+            both = trained.network(x).argmax(dim=1)
+            x = x.clone()
+            x[:, optical.channels] = 0
+            alone = trained.network(x).argmax(dim=1)
+            right += int((alone == label)[seen].sum())
+            right_both += int((both == label)[seen].sum())
+            total += int(seen.sum())
+            counts += torch.bincount(label[seen], minlength=dm.num_classes)[: dm.num_classes].float()
+    return right / total, right_both / total, float(counts.max() / counts.sum())
+
+
+def test_a_model_trained_with_sensor_dropout_maps_tiles_without_optical_data(sensor_store: Path, tmp_path: Path,
+                                                                            one_thread):
+    """A short fit with sensor dropout (each sensor of a tile dropped half the time, never both), then every tile
+    mapped from its radar group alone: well above chance (each sensor alone separates the store's classes)."""
+    main(["fit", "--config", str(CONFIGS / "fusion_resnet18.yaml"), *SMALL, "--model.init_args.lr", "3e-3",
+          "--data.init_args.store", str(sensor_store), "--data.init_args.batch_size", "8",
+          "--data.init_args.num_workers", "0", "--data.init_args.sensor_dropout", "0.5",
+          "--trainer.accelerator", "cpu", "--trainer.devices", "1", "--trainer.max_steps", "40",
+          "--trainer.val_check_interval", "40", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false",
+          "--trainer.default_root_dir", str(tmp_path)])
+    (last,) = tmp_path.rglob("last.ckpt")
+    alone, both, chance = radar_only_accuracy(last, sensor_store)
+    assert alone > chance + 0.3, (alone, both, chance)
