@@ -147,7 +147,7 @@ def build_model(
         in_chans=in_chans if stem is None else stem.channels,
         img_size=img_size,
         drop_path_rate=drop_path_rate,
-        weights=weights,
+        weights=None if fusion == "tokens" else weights,  # tokens: loaded once the sensors' embeddings are in
         weights_transform=weights_transform,
         **backbone_kwargs,
     )
@@ -156,6 +156,8 @@ def build_model(
             raise InputError(f"fusion='tokens' gives each sensor a ViT patch embedding; {backbone!r} is no plain ViT: "
                              "use fusion='stems'")
         embed_sensors(net.net, groups)
+        if weights is not None:
+            net.load_weights(weights, transform=weights_transform)
     if task == "classification":
         return TileClassifier(
             net, ClassificationHead(net.channels[-1], num_classes=num_classes, dropout=dropout)

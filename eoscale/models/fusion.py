@@ -97,6 +97,15 @@ class SensorPatchEmbed(nn.Module):
         self.sensor_embed = nn.Parameter(torch.zeros(len(self.groups), embed_dim))
         nn.init.trunc_normal_(self.sensor_embed, std=0.02)
 
+    @property
+    def in_chans(self) -> int:
+        """The input's channels: every sensor's bands."""
+        return sum(len(g.bands) for g in self.groups)
+
+    def present(self, x: Tensor) -> Tensor:
+        """(B, C, H, W) float: 1 at each channel of a pixel whose sensor saw it (its group not all 0), else 0."""
+        return torch.cat([presence(x, g).expand(-1, len(g.bands), -1, -1) for g in self.groups], dim=1)
+
     # the geometry timm's VisionTransformer reads from its patch embedding
     def __getattr__(self, name: str):
         if name in ("img_size", "patch_size", "grid_size", "num_patches", "flatten", "output_fmt", "strict_img_size",

@@ -74,7 +74,7 @@ def test_sensor_dropout_drops_whole_groups_never_all(sensor_store: str):
     assert (~optical).sum() > 0 and (~radar).sum() > 0 and (optical & radar).sum() > 0  # each dropped now and then
     assert 0.2 < float((~optical | ~radar).float().mean()) < 0.8
     # a tile without its optical group: its pixels without radar (here columns 0-5, after the turn) are ignored
-    for i in torch.flatnonzero(~optical).tolist():
+    for i in torch.nonzero(~optical).flatten().tolist():
         no_radar = ~(x[i, 8:] != 0).any(0)
         assert no_radar.any() and (label[i][no_radar] == 255).all()
     # without dropout, nothing is dropped

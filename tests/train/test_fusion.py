@@ -85,3 +85,72 @@ def test_a_model_trained_with_sensor_dropout_maps_tiles_without_optical_data(sen
     (last,) = tmp_path.rglob("last.ckpt")
     alone, both, chance = radar_only_accuracy(last, sensor_store)
     assert alone > chance + 0.3, (alone, both, chance)
+
+
+def test_mae_of_several_sensors_counts_only_what_each_sensor_saw():
+    """The multi-sensor MAE loss leaves out the values of a sensor without data at a pixel: a prediction changed
+    only there does not change the loss; changed where the sensor saw, it does."""
+    from eoscale.models.backbone import create_backbone
+    from eoscale.models.fusion import embed_sensors, sensor_groups
+    from eoscale.train.tasks.mae import MaskedAutoencoder
+
+    torch.manual_seed(0)
+    sensors = [{"name": "sentinel-2", "bands": ["B02", "B03", "B04"]}, {"name": "sentinel-1", "bands": ["VV", "VH"]}]
+    backbone = create_backbone("vit_tiny_patch16_224", in_chans=5, img_size=16, patch_size=8, depth=1)
+    embed_sensors(backbone.net, sensor_groups(sensors, in_chans=5, fusion="tokens"))
+    mae = MaskedAutoencoder(backbone, mask_ratio=0.5, decoder_dim=16, decoder_depth=1, decoder_heads=2)
+    x = torch.randn(2, 5, 16, 16)
+    x[:, :3, :4] = 0  # optical missing in rows 0-3 (inside the first row of patches)
+    pred = torch.randn(2, 4, 8 * 8 * 5)
+    mask = torch.ones(2, 4)
+    loss = mae.loss(x, pred, mask)
+    seen = torch.ones_like(x)
+    seen[:, :3, :4] = 0
+    unseen = mae.patchify(seen) == 0  # (B, N, p·p·C): the optical values of rows 0-3
+    assert unseen.any()
+    torch.testing.assert_close(mae.loss(x, torch.where(unseen, pred + 5.0, pred), mask), loss)
+    assert not torch.allclose(mae.loss(x, torch.where(~unseen, pred + 5.0, pred), mask), loss)
+
+
+@pytest.mark.slow
+def test_mae_pretraining_of_several_sensors_exports_an_encoder_a_fusion_fit_loads(sensor_store: Path, tmp_path: Path,
+                                                                                  one_thread):
+    from safetensors.torch import load_file
+
+    from eoscale.errors import InputError
+    from eoscale.models import build_model
+    from eoscale.models.foundation import FoundationWeights, read_export_metadata
+    from eoscale.train.cli import EoscaleCLI
+    from eoscale.train.mae import PRETRAIN_DEFAULTS
+    from tests.train.test_pretrain_finetune import CPU, LossLog
+
+    cli = EoscaleCLI(args=[
+        "fit", *PRETRAIN_DEFAULTS, "--config", str(CONFIGS / "mae_pretrain.yaml"), *CPU,
+        "--data.init_args.store", str(sensor_store), "--data.init_args.sensor_dropout", "0.3",
+        "--trainer.default_root_dir", str(tmp_path), "--checkpoint.dirpath", str(tmp_path / "checkpoints"),
+        "--trainer.max_steps", "30", "--trainer.val_check_interval", "30", "--trainer.logger", "false",
+        "--model.init_args.fusion", "tokens",
+        "--model.init_args.backbone_kwargs", "{patch_size: 8, depth: 2, embed_dim: 64, num_heads: 2}",
+        "--model.init_args.decoder_dim", "32", "--model.init_args.decoder_depth", "1",
+        "--model.init_args.decoder_heads", "2", "--model.init_args.lr", "2e-3", "--model.init_args.warmup_steps", "5",
+        "--trainer.callbacks", "tests.train.test_pretrain_finetune.LossLog"])
+    losses = next(cb for cb in cli.trainer.callbacks if isinstance(cb, LossLog)).losses
+    assert len(losses) == 30 and sum(losses[-6:]) < 0.9 * sum(losses[:6]), losses
+    export = tmp_path / "checkpoints" / "backbone.safetensors"
+    meta = read_export_metadata(export)
+    assert meta["fusion"] == "tokens" and [s["name"] for s in meta["sensors"]] == ["sentinel-2", "sentinel-1"]
+    saved = load_file(str(export))
+    assert "patch_embed.embeds.1.proj.weight" in saved and "patch_embed.sensor_embed" in saved
+    # a fusion fit on the same sensors starts from the encoder as it was exported
+    args = dict(in_chans=10, num_classes=4, img_size=32, fusion="tokens", sensors=meta["sensors"], weights=export,
+                patch_size=8, depth=2, embed_dim=64, num_heads=2)
+    model = build_model("vit_small_patch16_224", **args,
+                        weights_transform=FoundationWeights(export, bands=meta["bands"]))
+    own = model.backbone.net.state_dict()
+    for key in ("patch_embed.embeds.0.proj.weight", "patch_embed.sensor_embed", "blocks.1.attn.qkv.weight"):
+        assert torch.equal(own[key], saved[key]), key
+    # other sensors: one line
+    other = [{"name": "sentinel-2", "bands": meta["bands"][:7]}, {"name": "sentinel-1", "bands": meta["bands"][7:]}]
+    with pytest.raises(InputError, match="an encoder of sentinel-2 \\(8 bands\\), sentinel-1 \\(2 bands\\)"):
+        build_model("vit_small_patch16_224", **(args | {"sensors": other}),
+                    weights_transform=FoundationWeights(export, bands=meta["bands"]))
