@@ -52,7 +52,9 @@ class OutputProbe(Callback):
         total = sum(p.numel() for p in model.parameters())
         self.folder.mkdir(parents=True, exist_ok=True)
         torch.save({"losses": self.losses, "step": trainer.global_step, "world_size": trainer.world_size,
-                    "local": local, "total": total, "input": x, "output": out.full_tensor() if hasattr(out, "full_tensor") else out},
+                    "local": local, "total": total, "input": x,
+                    "state": {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+                              for k, v in model.state_dict().items()}, "output": out.full_tensor() if hasattr(out, "full_tensor") else out},
                    self.folder / f"rank{trainer.global_rank}.pt")
 
 

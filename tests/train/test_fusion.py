@@ -28,8 +28,6 @@ def test_fit_of_several_sensors_under_ddp_and_fsdp2(sensor_store: Path, tmp_path
             assert rank["world_size"] == 2 and rank["step"] == STEPS
             assert all(torch.isfinite(torch.tensor(rank["losses"])))
         assert ranks[0]["losses"] != ranks[1]["losses"]  # each rank its own batches
-        # (the ranks' outputs differ a little: ResNet's BatchNorm running statistics are each rank's own, DDP
-        # broadcasts rank 0's before each forward only; the checkpoint holds rank 0's)
         (last,) = (tmp_path / strategy).rglob("last.ckpt")
         if strategy == "fsdp":
             held = ranks[0]["local"] / ranks[0]["total"]
@@ -44,7 +42,13 @@ def test_fit_of_several_sensors_under_ddp_and_fsdp2(sensor_store: Path, tmp_path
         assert trained.contract.sensor_names() == ["sentinel-2", "sentinel-1"]
         with torch.no_grad():
             out = trained.network(ranks[0]["input"])
-        torch.testing.assert_close(out, ranks[0]["output"], rtol=1e-5, atol=1e-5)
+        # the rebuilt network maps as a rank's trained one did: as both under DDP, which broadcasts rank 0's buffers
+        # (ResNet's BatchNorm running statistics) before each forward; under FSDP2 each rank keeps its own running
+        # statistics (measured: outputs up to 0.13 apart) and the checkpoint holds the rank DCP chose to save them
+        gaps = [float((out - rank["output"]).abs().max()) for rank in ranks]
+        assert min(gaps) < 1e-5, gaps
+        if strategy == "ddp":
+            assert max(gaps) < 1e-5, gaps
 
 
 def radar_only_accuracy(checkpoint: Path, store: Path, *, split: str = "val") -> tuple[float, float, float]:
