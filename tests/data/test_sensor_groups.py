@@ -54,9 +54,10 @@ def test_one_sensor_normalises_as_before(store: str):
     assert torch.equal(got, expected) and got.numpy().tobytes() == expected.numpy().tobytes()
 
 
-def _train(store: str, *, workers: int = 0, seed: int = 0, epoch: int = 0, dropout: float = 0.5) -> list[dict]:
+def _train(store: str, *, workers: int = 0, seed: int = 0, epoch: int = 0, dropout: float = 0.5,
+           shared_memory: bool = False) -> list[dict]:
     dm = TileDataModule(store, batch_size=4, num_workers=workers, sensor_dropout=dropout, seed=seed,
-                        shared_memory=False)
+                        shared_memory=shared_memory)
     dm.setup("fit")
     loader = dm.train_dataloader()
     loader.set_epoch(epoch)
@@ -97,6 +98,18 @@ def test_sensor_dropout_is_drawn_from_the_seed_and_epoch(sensor_store: str):
         assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
     assert _dropped(_train(sensor_store, epoch=1)) != _dropped(first)  # another epoch, other drops
     assert _dropped(_train(sensor_store, seed=1)) != _dropped(first)  # another seed too
+
+
+def test_workers_drop_sensors_alike_through_shared_memory_and_without(sensor_store: str):
+    """With 2 workers, the batches they hand over through the shared-memory buffers (`eoscale.data.handover`, where the
+    dropout writes into the buffer itself) are the plain DataLoader's, draws included."""
+    shared = _train(sensor_store, workers=2, shared_memory=True)
+    plain = _train(sensor_store, workers=2, shared_memory=False)
+    assert len(shared) == len(plain)
+    for a, b in zip(shared, plain, strict=True):
+        assert torch.equal(a["tile"], b["tile"]) and torch.equal(a["image"], b["image"])
+        assert torch.equal(a["label"], b["label"])
+    assert _dropped(shared) != _dropped(_train(sensor_store, workers=2, dropout=0.0))
 
 
 def test_a_resumed_epoch_drops_what_the_uninterrupted_one_did(sensor_store: str):
