@@ -118,7 +118,6 @@ def test_mae_of_several_sensors_counts_only_what_each_sensor_saw():
     assert not torch.allclose(mae.loss(x, torch.where(~unseen, pred + 5.0, pred), mask), loss)
 
 
-@pytest.mark.slow
 def test_mae_pretraining_of_several_sensors_exports_an_encoder_a_fusion_fit_loads(sensor_store: Path, tmp_path: Path,
                                                                                   one_thread):
     from safetensors.torch import load_file
