@@ -290,7 +290,9 @@ MODEL_KEY = "eoscale_model"  # in a checkpoint: {"args": build_model's keywords,
 MODEL_ARGS = ("backbone", "in_chans", "num_classes", "img_size", "decoder_channels", "drop_path_rate", "dropout",
               "task",  # "change": a change model of two dates (`eoscale.models.change`); absent: segmentation
               "architecture",  # a temporal model's (`eoscale.models.temporal`); absent: a single-date one
-              "spectral_mlp")  # a pixel MLP beside the decoder (`SegmentationTask(spectral_mlp=N)`)
+              "spectral_mlp",  # a pixel MLP beside the decoder (`SegmentationTask(spectral_mlp=N)`)
+              # a network of several sensors (`eoscale.models.fusion`): how they enter, their groups, the stems' width
+              "fusion", "sensors", "fusion_width")
 
 
 def model_args_from_hparams(hparams: Mapping[str, Any]) -> dict[str, Any]:

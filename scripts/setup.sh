@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install eoscale and its test tools into .venv (Python 3.11, pip; torch 2.14.1 + torchvision 0.29.1 come from
-# this machine's local wheel store). Reruns are cheap: the venv is reused while pyproject.toml is unchanged.
+# this machine's local wheel store), every package at the version of scripts/constraints.txt. Reruns are cheap: the venv
+# is reused while pyproject.toml and the constraints are unchanged.
 set -euo pipefail
 cd "$(dirname "$(realpath "$0")")/.."   # the repository holding this script (not a copy linking to it)
 PYTHON=${PYTHON:-python3.11}
@@ -17,7 +18,7 @@ if ! command -v chromium >/dev/null 2>&1 && [[ $(id -u) == 0 ]] && command -v ap
         || echo "setup: chromium could not be installed; tests/docs skips its browser check"
 fi
 stamp=.venv/.eoscale-requirements
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/constraints.txt | sha256sum | cut -d' ' -f1)
 if [[ -x .venv/bin/python && -f $stamp && "$(cat $stamp)" == "$want" ]]; then
     echo "setup: .venv is up to date"
     exit 0
@@ -37,7 +38,7 @@ EDITABLE_NOTE='ignore:Editable installation.:UserWarning'
 # DeepSpeed (configs/strategy/zero*.yaml) builds none of its ops at install: they would need CUDA and minutes
 # every extra (deepspeed, ray, serve): the tests use them all
 DS_BUILD_OPS=0 PYTHONWARNINGS="${PYTHONWARNINGS:+$PYTHONWARNINGS,}$EDITABLE_NOTE" \
-    .venv/bin/python -m pip install -q -e '.[dev,all]' 2> >(quiet_pip)
+    .venv/bin/python -m pip install -q -e '.[dev,all]' -c scripts/constraints.txt 2> >(quiet_pip)
 # eoscale serve: PyTriton (bundles tritonserver) without its numpy<2 pin, see eoscale/_compat/pytriton.py
 .venv/bin/python -m pip install -q --no-deps 'nvidia-pytriton==0.7.0' 2> >(quiet_pip)
 # Holistic Trace Analysis (--profile summaries): without its declared jupyterlab, which only its notebooks need

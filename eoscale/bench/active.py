@@ -4,7 +4,8 @@ labelling random ones?
 The loop is eoscale's own active-learning path, run on a synthetic scene set (a pool scene to label, a held-out
 scene to assess; labels from the synthetic reference rasters, EPSG:3035 at 20 m, as a person's would come):
 
-    fit a per-pixel random forest on the labelled points' spectra (as `eoscale bench learning`'s baseline)
+    fit a per-pixel random forest on the labelled points' features (the bands and NDVI, and their means and
+    standard deviations over 3, 7 and 15 pixels: `eoscale.bench.active_loop.texture_features`)
     → map the pool scene (a map COG with its class table) and its uncertainty (entropy or margin of the forest's
       class probabilities, one float band)
     → `eoscale sample --by mixed --uncertainty …` (uncertainty: the batch to label, and a stratified sample of
@@ -13,265 +14,144 @@ scene to assess; labels from the synthetic reference rasters, EPSG:3035 at 20 m,
 
 Every round the held-out scene is mapped and assessed against its whole reference raster (a census, with
 `eoscale assess`'s estimator): overall accuracy and mIoU per labels added, for each strategy from the same initial
-random labels, for several seeds, the strategies alternating within a seed. The mixed design's stratified part is
-also assessed each round (`eoscale assess` reads only it) beside the pool map's census, to show that it stays an
+random labels, for several seeds, the strategies' order turning within a seed. The headline is paired per seed:
+each strategy's area under the learning curve (its mean OA and mIoU over the rounds after the shared first one)
+minus random's, as medians over seeds and the share of seeds won. The mixed design's stratified part is also
+assessed each round (`eoscale assess` reads only it) beside the pool map's census, to show that it stays an
 unbiased estimate while the labelling points are anything but random.
 
-    eoscale bench active --rounds 8 --batch 40 --seeds 3
-    eoscale bench active --strategies random,margin,entropy --random-fraction 0.25
+    eoscale bench active --size 300 --initial 40 --batch 40 --rounds 8 --seeds 5
+    eoscale bench active --strategies random,margin,margin:quotas=proportional,entropy:random=0.25 --interior 1
+
+A strategy is `random`, `margin` or `entropy`, then `:key=value` options (random=share of each batch drawn at
+random, per_class, interior, spacing, quotas=proportional|equal), defaulting to the options of the same names.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import rasterio
 
+from eoscale.bench.active_loop import (
+    Loop,
+    assess,
+    cli,
+    halves,
+    labelled_points,
+    load_scene,
+    parse_strategy,
+    write_map,
+)
 from eoscale.errors import InputError
-
-STRATEGIES = ("random", "margin", "entropy")
-
-
-@dataclass(frozen=True)
-class Scene:
-    """A scene's spectra on its grid, where it has data, and the paths the loop needs."""
-
-    image: Path
-    labels: Path
-    pixels: np.ndarray  # (height, width, bands) float32
-    valid: np.ndarray  # (height, width) bool
-    profile: dict
-
-
-def load_scene(image: Path, labels: Path, *, context: int) -> Scene:
-    """The scene's spectra per pixel, and with `context` > 1 also each band's mean over a context×context window
-    (a per-pixel model that sees its neighbourhood, as a forest on texture features would)."""
-    from scipy.ndimage import uniform_filter
-
-    with rasterio.open(image) as src:
-        data = src.read(masked=True)
-        profile = src.profile
-    valid = ~np.ma.getmaskarray(data).any(axis=0)
-    bands = data.filled(0).astype(np.float32)
-    if context > 1:
-        bands = np.concatenate([bands, uniform_filter(bands, size=(1, context, context), mode="nearest")])
-    return Scene(image, labels, np.moveaxis(bands, 0, -1), valid, profile)
-
-
-COMMANDS = {"sample": "eoscale.maps.sample_command", "label": "eoscale.maps.label_command",
-            "assess": "eoscale.maps.assess_command"}
-
-
-def cli(command: str, *argv: str) -> None:
-    """Run an eoscale command's module in this process (as `eoscale COMMAND …` would), its report kept off the
-    bench's output."""
-    import importlib
-
-    module = importlib.import_module(COMMANDS[command])
-    parser = argparse.ArgumentParser(prog=f"eoscale {command}")
-    module.configure(parser)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = module.run(parser.parse_args(list(argv)))
-    if code:
-        raise RuntimeError(f"eoscale {command} {' '.join(argv)} failed ({code}):\n{out.getvalue()[-2000:]}")
-
-
-def write_map(scene: Scene, codes: np.ndarray, path: Path, table) -> None:
-    """A land-cover map on the scene's grid, with the class table and nodata tags `eoscale predict` writes."""
-    from eoscale.infer.outputs import MapEncoding, map_tags
-
-    profile = {**scene.profile, "driver": "GTiff", "count": 1, "dtype": "uint8", "nodata": 0, "tiled": True,
-               "blockxsize": 256, "blockysize": 256, "compress": "deflate", "interleave": "band"}
-    with rasterio.open(path, "w", **profile) as dst:
-        dst.write(codes.astype(np.uint8), 1)
-        dataset, band = map_tags(table, MapEncoding.from_table(table), {})
-        dst.update_tags(**{**dataset, "EOSCALE_NODATA": "0"})
-        dst.update_tags(1, **band)
-
-
-def write_uncertainty(scene: Scene, values: np.ndarray, path: Path) -> None:
-    profile = {**scene.profile, "driver": "GTiff", "count": 1, "dtype": "float32", "nodata": float("nan"),
-               "tiled": True, "blockxsize": 256, "blockysize": 256, "compress": "deflate", "interleave": "band"}
-    with rasterio.open(path, "w", **profile) as dst:
-        dst.write(values.astype(np.float32), 1)
-
-
-def predict(forest, scene: Scene, measure: str | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Class codes (0 where the scene has no data) and, with a `measure`, the uncertainty (NaN off the data)."""
-    from eoscale.maps.uncertain import entropy, margin
-
-    probabilities = forest.predict_proba(scene.pixels[scene.valid])
-    codes = np.zeros(scene.valid.shape, dtype=np.uint8)
-    codes[scene.valid] = forest.classes_[probabilities.argmax(axis=1)]
-    if measure is None:
-        return codes, None
-    uncertainty = np.full(scene.valid.shape, np.nan, dtype=np.float32)
-    uncertainty[scene.valid] = (entropy if measure == "entropy" else margin)(probabilities.T)
-    return codes, uncertainty
-
-
-def census(map_path: Path, labels: Path) -> dict:
-    """Overall accuracy and mIoU of a map against its whole reference raster (eoscale assess's census)."""
-    from eoscale.maps.classmap import open_map
-    from eoscale.maps.estimate import stratified
-    from eoscale.maps.reference import census_reference
-
-    reference = census_reference(open_map(map_path), labels)
-    estimates = stratified(reference.counts, reference.areas.weights, 1.0, census=True)
-    n = reference.counts.astype(np.float64)
-    union = n.sum(0) + n.sum(1) - np.diag(n)
-    present = union > 0
-    return {"oa": float(estimates.overall), "miou": float((np.diag(n)[present] / union[present]).mean())}
-
-
-def labelled_points(csv: Path, scene: Scene, only: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, col, reference code) of the labelled points of a sample (`only`: one set of a mixed sample)."""
-    import pandas as pd
-
-    table = pd.read_csv(csv, dtype={"reference": "Int64"})
-    if only is not None:
-        table = table[table["set"] == only]
-    table = table[table["reference"].notna()]
-    return (table["row"].to_numpy(np.int64), table["col"].to_numpy(np.int64),
-            table["reference"].to_numpy(np.int64))
-
-
-@dataclass
-class Loop:
-    """One strategy's run from the initial labels; `step` adds one batch."""
-
-    strategy: str
-    pool: Scene
-    held_out: Scene
-    table: object
-    work: Path
-    seed: int
-    batch: int
-    spacing: int
-    per_class: int
-    random_fraction: float
-    assessment_n: int
-    rows: np.ndarray
-    cols: np.ndarray
-    codes: np.ndarray
-
-    def fit(self):
-        from sklearn.ensemble import RandomForestClassifier
-
-        forest = RandomForestClassifier(n_estimators=100, min_samples_leaf=1, n_jobs=1, random_state=self.seed)
-        forest.fit(self.pool.pixels[self.rows, self.cols], self.codes)
-        return forest
-
-    def round(self, index: int) -> dict:
-        """Fit, map, assess the held-out scene, then choose, label and add the next batch."""
-        folder = self.work / f"{self.strategy}_{self.seed}_{index:02d}"
-        folder.mkdir(parents=True)
-        started = time.perf_counter()
-        forest = self.fit()
-        held_codes, _ = predict(forest, self.held_out, None)
-        write_map(self.held_out, held_codes, folder / "held_out.tif", self.table)
-        figures = {"round": index, "labels": int(len(self.codes)), **census(folder / "held_out.tif", self.held_out.labels)}
-        measure = None if self.strategy == "random" else self.strategy
-        pool_codes, uncertainty = predict(forest, self.pool, measure)
-        pool_map = folder / "pool.tif"
-        write_map(self.pool, pool_codes, pool_map, self.table)
-        take_random = self.batch if measure is None else int(round(self.batch * self.random_fraction))
-        new = []
-        if measure is not None and self.batch - take_random > 0:
-            write_uncertainty(self.pool, uncertainty, folder / "uncertainty.tif")
-            cli("sample", str(pool_map), "--by", "mixed", "--uncertainty", str(folder / "uncertainty.tif"),
-                "--labelling", str(self.batch - take_random), "--n", str(self.assessment_n), "--allocation",
-                "min-per-class", "5", "--spacing", str(self.spacing), "--per-class", str(self.per_class),
-                "--seed", str(self.seed * 1000 + index), "--output", str(folder / "mixed"))
-            cli("label", str(folder / "mixed.csv"), "--reference", str(self.pool.labels))
-            new.append(labelled_points(folder / "mixed.csv", self.pool, "labelling"))
-            figures.update(mixed_assessment(folder, pool_map, self.pool.labels))
-        if take_random:
-            cli("sample", str(pool_map), "--n", str(take_random), "--seed", str(self.seed * 1000 + index + 500),
-                "--output", str(folder / "random"))
-            cli("label", str(folder / "random.csv"), "--reference", str(self.pool.labels))
-            new.append(labelled_points(folder / "random.csv", self.pool, None))
-        for rows, cols, codes in new:
-            self.rows, self.cols = np.concatenate([self.rows, rows]), np.concatenate([self.cols, cols])
-            self.codes = np.concatenate([self.codes, codes])
-        figures["seconds"] = time.perf_counter() - started
-        return figures
-
-
-def mixed_assessment(folder: Path, pool_map: Path, labels: Path) -> dict:
-    """`eoscale assess` of the pool map from the mixed sample (its stratified part only), beside the pool census.
-    The few points on the reference raster's nodata (its edges, in another CRS) are dropped, as a labeller would
-    drop points they cannot label."""
-    import pandas as pd
-
-    table = pd.read_csv(folder / "mixed.csv", dtype=str, keep_default_na=False)
-    table[table["reference"] != ""].to_csv(folder / "mixed_labelled.csv", index=False)
-    cli("assess", str(pool_map), "--reference", str(folder / "mixed_labelled.csv"), "--design",
-        str(folder / "mixed_design.json"), "--output", str(folder / "assessment"), "--no-tracking")
-    report = json.loads((folder / "assessment" / "assessment.json").read_text())
-    oa = report["overall_accuracy"]
-    return {"pool_oa_estimate": oa["estimate"], "pool_oa_ci95": oa["ci95"],
-            "pool_oa_census": census(pool_map, labels)["oa"]}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--size", type=int, default=400, help="synthetic scene size in 10 m pixels (default: 400)")
+    parser.add_argument("--size", type=int, default=300, help="synthetic scene size in 10 m pixels (default: 300)")
     parser.add_argument("--data-seed", type=int, default=0, help="seed of the synthetic scenes (default: 0)")
-    parser.add_argument("--initial", type=int, default=60, help="random labels to start from (default: 60)")
-    parser.add_argument("--batch", type=int, default=30, help="labels added each round (default: 30)")
+    parser.add_argument("--initial", type=int, default=40, help="random labels to start from (default: 40)")
+    parser.add_argument("--batch", type=int, default=40, help="labels added each round (default: 40)")
     parser.add_argument("--rounds", type=int, default=8, help="rounds of fit → sample → label (default: 8)")
-    parser.add_argument("--seeds", type=int, default=3, help="repeats with other initial labels (default: 3)")
-    parser.add_argument("--strategies", default="random,margin",
-                        help=f"comma-separated, of {', '.join(STRATEGIES)}; random is the baseline (default: %(default)s)")
-    parser.add_argument("--spacing", type=int, default=8, help="eoscale sample --spacing (default: 8)")
+    parser.add_argument("--seeds", type=int, default=5, help="repeats with other initial labels (default: 5)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the first seed of the initial labels (default: 0)")
+    parser.add_argument("--strategies", default="random,entropy",
+                        help="comma-separated NAME[:key=value…] (see the module docstring); random is the baseline "
+                             "(default: %(default)s)")
+    parser.add_argument("--spacing", type=int, default=16, help="eoscale sample --spacing (default: 16)")
     parser.add_argument("--per-class", type=int, default=0, help="eoscale sample --per-class (default: 0)")
+    parser.add_argument("--interior", type=int, default=1, help="eoscale sample --interior (default: 1)")
+    parser.add_argument("--quotas", choices=("proportional", "equal"), help="eoscale sample --quotas (default: none)")
     parser.add_argument("--random-fraction", type=float, default=0.0,
                         help="share of each uncertainty batch drawn at random instead (default: 0)")
-    parser.add_argument("--context", type=int, default=5,
-                        help="the forest also sees each band's mean over CONTEXT×CONTEXT pixels (0: spectra only; "
-                             "default: 5)")
+    parser.add_argument("--windows", default="3,7,15",
+                        help="the forest also sees each band's mean and standard deviation over these windows "
+                             "(pixels, comma-separated; 'none': the pixel alone; default: %(default)s)")
+    parser.add_argument("--gap", type=int, default=16,
+                        help="columns between the pool's labelled west half and its assessed east half (default: 16)")
+    parser.add_argument("--reference-labels", type=int, default=4000,
+                        help="also fit on this many random labels, the curves' ceiling (0: not; default: 4000)")
+    parser.add_argument("--trees", type=int, default=100, help="trees of the loop's forest (default: 100)")
     parser.add_argument("--assessment-n", type=int, default=200,
                         help="the mixed sample's stratified points (assessment only, never trained on; default: 200)")
 
 
-def summarise(runs: list[dict], strategies: list[str]) -> dict:
-    """Medians over seeds, per round, and each strategy's mean over the rounds after the first (area under the
-    learning curve per label) against random's."""
+METRICS = ("oa", "miou", "held_out_oa", "held_out_miou")
+
+
+def area(curve: list[dict], metric: str) -> float:
+    """The area under a learning curve per label: the metric's mean over the rounds after the shared first one."""
+    return float(np.mean([r[metric] for r in curve[1:]])) if len(curve) > 1 else curve[0][metric]
+
+
+def summarise(runs: list[dict], labels: list[str]) -> dict:
+    """Medians over seeds, per round; and each strategy against random, paired per seed (same initial labels):
+    the area and the final value of each metric minus random's, per seed, their medians and the seeds won."""
     out: dict = {}
-    for strategy in strategies:
-        curves = [r["rounds"] for r in runs if r["strategy"] == strategy]
+    for label in labels:
+        curves = [r["rounds"] for r in runs if r["strategy"] == label]
         rounds = min(len(c) for c in curves)
-        out[strategy] = {
-            "labels": [curves[0][i]["labels"] for i in range(rounds)],
-            "oa_median": [float(np.median([c[i]["oa"] for c in curves])) for i in range(rounds)],
-            "miou_median": [float(np.median([c[i]["miou"] for c in curves])) for i in range(rounds)],
-        }
-        out[strategy]["oa_mean_after_initial"] = float(np.mean(out[strategy]["oa_median"][1:]))
-        out[strategy]["miou_mean_after_initial"] = float(np.mean(out[strategy]["miou_median"][1:]))
-    if "random" in out:
-        for strategy in strategies:
-            if strategy != "random":
-                s, r = out[strategy], out["random"]
-                s["vs_random"] = {
-                    "oa_final_gain": s["oa_median"][-1] - r["oa_median"][-1],
-                    "miou_final_gain": s["miou_median"][-1] - r["miou_median"][-1],
-                    "oa_mean_gain": s["oa_mean_after_initial"] - r["oa_mean_after_initial"],
-                    "miou_mean_gain": s["miou_mean_after_initial"] - r["miou_mean_after_initial"],
-                    "seeds_won_final_oa": sum(
-                        a["rounds"][-1]["oa"] > b["rounds"][-1]["oa"] for a in runs for b in runs
-                        if a["strategy"] == strategy and b["strategy"] == "random" and a["seed"] == b["seed"]),
-                }
+        out[label] = {"labels": [int(np.median([c[i]["labels"] for c in curves])) for i in range(rounds)]}
+        for metric in METRICS:
+            out[label][f"{metric}_median"] = [float(np.median([c[i][metric] for c in curves])) for i in range(rounds)]
+    if "random" not in out:
+        return out
+    baseline = {r["seed"]: r["rounds"] for r in runs if r["strategy"] == "random"}
+    for label in labels:
+        if label == "random":
+            continue
+        paired: dict = {"seeds": []}
+        for r in runs:
+            if r["strategy"] != label or r["seed"] not in baseline:
+                continue
+            b = baseline[r["seed"]]
+            paired["seeds"].append(r["seed"])
+            for metric in METRICS:
+                paired.setdefault(f"{metric}_area", []).append(area(r["rounds"], metric) - area(b, metric))
+                paired.setdefault(f"{metric}_final", []).append(r["rounds"][-1][metric] - b[-1][metric])
+        vs = {"per_seed": paired}
+        for key in (f"{m}_{k}" for m in METRICS for k in ("area", "final")):
+            vs[f"{key}_gain_median"] = float(np.median(paired[key]))
+            vs[f"{key}_seeds_won"] = f"{sum(v > 0 for v in paired[key])}/{len(paired[key])}"
+        out[label]["vs_random"] = vs
     return out
+
+
+def mixed_design_check(runs: list[dict]) -> dict | None:
+    """The mixed samples' stratified estimates of the pool map's OA against its census: their mean error and how
+    often the 95 % interval held the census (an unbiased design: about 0 and about 95 %)."""
+    rounds = [r for run in runs for r in run["rounds"] if "pool_oa_estimate" in r]
+    if not rounds:
+        return None
+    errors = np.array([r["pool_oa_estimate"] - r["pool_oa_census"] for r in rounds])
+    intervals = [(e, r["pool_oa_ci95"]) for e, r in zip(errors, rounds, strict=True) if r["pool_oa_ci95"] is not None]
+    covered = sum(abs(e) <= half for e, half in intervals)  # no interval where a stratum had a single point
+    return {"samples": len(rounds), "mean_error": float(errors.mean()), "sd_error": float(errors.std()),
+            "ci95_covered": f"{covered}/{len(intervals)}"}
+
+
+def reference_forest(pool, assessed, held_out, table, work: Path, args) -> dict | None:
+    """How far labels can take the loop's forest: fitted on `--reference-labels` random labels of the pool's west
+    half, assessed as every round is (the ceiling the learning curves rise towards)."""
+    if not args.reference_labels:
+        return None
+    folder = work / "reference"
+    folder.mkdir()
+    write_map(pool, np.where(pool.valid, table.codes[0], 0), folder / "west.tif", table)
+    cli("sample", str(folder / "west.tif"), "--n", str(args.reference_labels), "--seed", "99", "--output",
+        str(folder / "sample"))
+    cli("label", str(folder / "sample.csv"), "--reference", str(pool.labels))
+    rows, cols, codes = labelled_points(folder / "sample.csv", None)
+    loop = Loop(None, pool, assessed, held_out, table, work, 0, 0, 0, rows, cols, codes, trees=args.trees)
+    forest = loop.fit()
+    figures = {"labels": int(len(codes)), **assess(forest, assessed, folder / "east.tif", table)}
+    figures.update({f"held_out_{k}": v for k, v in assess(forest, held_out, folder / "held.tif", table).items()})
+    print(f"reference: {figures['labels']} random labels → OA {figures['oa']:.3f} mIoU {figures['miou']:.3f}, "
+          f"held-out OA {figures['held_out_oa']:.3f} mIoU {figures['held_out_miou']:.3f}", flush=True)
+    return figures
 
 
 def run(args: argparse.Namespace) -> int:
@@ -279,51 +159,77 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.classes import ClassTable
     from eoscale.synth import synthesize
 
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = sorted(set(strategies) - set(STRATEGIES))
-    if unknown or not strategies:
-        raise InputError(f"--strategies {args.strategies!r}: choose among {', '.join(STRATEGIES)}")
-    if min(args.initial, args.batch, args.rounds, args.seeds, args.size) < 1 or not 0 <= args.random_fraction <= 1:
-        raise InputError("--initial, --batch, --rounds, --seeds and --size are at least 1, --random-fraction in [0, 1]")
+    defaults = {"random": args.random_fraction, "per_class": args.per_class, "interior": args.interior,
+                "spacing": args.spacing, "quotas": args.quotas}
+    strategies = [parse_strategy(t.strip(), defaults) for t in args.strategies.split(",") if t.strip()]
+    if not strategies or len({s.label for s in strategies}) < len(strategies):
+        raise InputError(f"--strategies {args.strategies!r}: name each strategy once")
+    if min(args.initial, args.batch, args.rounds, args.seeds, args.size, args.trees) < 1 \
+            or not 0 <= args.random_fraction <= 1 or min(args.gap, args.reference_labels) < 0:
+        raise InputError("--initial, --batch, --rounds, --seeds, --size and --trees are at least 1, "
+                         "--random-fraction in [0, 1], --gap and --reference-labels at least 0")
+    try:
+        windows = () if args.windows == "none" else tuple(int(w) for w in args.windows.split(","))
+    except ValueError:
+        raise InputError(f"--windows {args.windows!r}: odd window sizes in pixels, comma-separated (3,7,15), "
+                         "or 'none'") from None
     started = time.perf_counter()
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-active-") as tmp:
         work = Path(tmp)
         data = synthesize(work / "data", scenes=2, size=args.size, seed=args.data_seed)
         table = ClassTable.load(data.class_table_path)
-        pool = load_scene(data.scene_paths[0], data.label_paths[0], context=args.context)
-        held_out = load_scene(data.scene_paths[1], data.label_paths[1], context=args.context)
-        for seed in range(args.seeds):
+        pool, assessed = halves(load_scene(data.scene_paths[0], data.label_paths[0], windows=windows), args.gap)
+        held_out = load_scene(data.scene_paths[1], data.label_paths[1], windows=windows)
+        ceiling = reference_forest(pool, assessed, held_out, table, work, args)
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
             pool_map = work / f"initial_{seed}.tif"
             write_map(pool, np.where(pool.valid, table.codes[0], 0), pool_map, table)  # strata for a random draw
             cli("sample", str(pool_map), "--n", str(args.initial), "--seed", str(seed), "--output",
                 str(work / f"initial_{seed}"))
             cli("label", str(work / f"initial_{seed}.csv"), "--reference", str(pool.labels))
-            rows, cols, codes = labelled_points(work / f"initial_{seed}.csv", pool, None)
-            order = strategies if seed % 2 == 0 else strategies[::-1]  # alternating
-            for strategy in order:
-                loop = Loop(strategy, pool, held_out, table, work, seed, args.batch, args.spacing, args.per_class,
-                            args.random_fraction, args.assessment_n, rows, cols, codes)
-                curve = [loop.round(i) for i in range(args.rounds)]
-                runs.append({"strategy": strategy, "seed": seed, "rounds": curve})
-                last = curve[-1]
-                print(f"seed {seed} {strategy:<8} labels {curve[0]['labels']}→{last['labels']}: held-out OA "
-                      f"{curve[0]['oa']:.3f}→{last['oa']:.3f}, mIoU {curve[0]['miou']:.3f}→{last['miou']:.3f}",
-                      flush=True)
-    summary = summarise(runs, strategies)
-    for strategy, s in summary.items():
-        gain = s.get("vs_random")
-        print(f"{strategy:<8} median OA per round {[round(v, 3) for v in s['oa_median']]}"
-              + (f"  vs random: final OA {gain['oa_final_gain']:+.3f}, mean OA {gain['oa_mean_gain']:+.3f}, "
-                 f"final mIoU {gain['miou_final_gain']:+.3f}" if gain else ""))
+            rows, cols, codes = labelled_points(work / f"initial_{seed}.csv", None)
+            turn = seed % len(strategies)  # each strategy goes first in turn
+            for strategy in strategies[turn:] + strategies[:turn]:
+                loop = Loop(strategy, pool, assessed, held_out, table, work, seed, args.batch, args.assessment_n, rows, cols,
+                            codes, trees=args.trees)
+                curve = [loop.round(i, last=i == args.rounds - 1) for i in range(args.rounds)]
+                runs.append({"strategy": strategy.label, "seed": seed, "rounds": curve})
+                print(f"seed {seed} {strategy.label:<28} labels {curve[0]['labels']}→{curve[-1]['labels']}: OA "
+                      + " ".join(f"{r['oa']:.3f}" for r in curve) + "  mIoU " + " ".join(f"{r['miou']:.3f}" for r in curve)
+                      + f"  held-out OA {curve[-1]['held_out_oa']:.3f} mIoU {curve[-1]['held_out_miou']:.3f}", flush=True)
+    labels = [s.label for s in strategies]
+    summary = summarise(runs, labels)
+    check = mixed_design_check(runs)
+    if check:
+        print(f"mixed design: the stratified estimate of the pool map's OA minus its census, mean {check['mean_error']:+.4f} "
+              f"over {check['samples']} samples, the 95 % interval held it in {check['ci95_covered']}")
+    for label, s in summary.items():
+        print(f"{label:<28} median OA {[round(v, 3) for v in s['oa_median']]} mIoU {[round(v, 3) for v in s['miou_median']]}")
+        if "vs_random" in s:
+            for metric, name in (("oa", "OA"), ("miou", "mIoU"), ("held_out_oa", "held-out OA"),
+                                 ("held_out_miou", "held-out mIoU")):
+                vs = s["vs_random"]
+                print(f"{'':<4}vs random, {name:<14} area {vs[f'{metric}_area_gain_median']:+.4f} "
+                      f"({vs[f'{metric}_area_seeds_won']} seeds), final {vs[f'{metric}_final_gain_median']:+.4f} "
+                      f"({vs[f'{metric}_final_seeds_won']})")
+    options = ("size", "data_seed", "initial", "batch", "rounds", "seeds", "first_seed", "strategies", "spacing",
+               "per_class", "interior", "quotas", "random_fraction", "windows", "gap", "reference_labels", "trees",
+               "assessment_n")
+    command = "eoscale bench active " + " ".join(f"--{o.replace('_', '-')} {getattr(args, o)}" for o in options
+                                                 if getattr(args, o) is not None)
     figures = {
+        "command": command,
         "setup": {"scene_size": args.size, "data_seed": args.data_seed, "initial_labels": args.initial,
-                  "batch": args.batch, "rounds": args.rounds, "seeds": args.seeds, "spacing": args.spacing,
-                  "per_class": args.per_class, "random_fraction": args.random_fraction,
-                  "assessment_n": args.assessment_n, "model": "random forest (100 trees) on pixel spectra"
-                  + (f" and their {args.context}×{args.context} means" if args.context > 1 else ""),
-                  "pool": "scene_000", "held_out": "scene_001 (census against its reference raster)"},
-        "summary": summary, "runs": runs, "wall_seconds": time.perf_counter() - started,
+                  "batch": args.batch, "rounds": args.rounds, "seeds": list(range(args.first_seed,
+                                                                                args.first_seed + args.seeds)),
+                  "strategies": [s.__dict__ for s in strategies], "assessment_n": args.assessment_n,
+                  "model": f"random forest ({args.trees} trees) on the bands and NDVI"
+                  + (f", their means and standard deviations over {'/'.join(map(str, windows))} px" if windows else ""),
+                  "pool": f"scene_000: labels chosen in its west half, its east half ({args.gap} columns beyond) "
+                          "the map assessed (census against its reference raster)",
+                  "held_out": "scene_001 (census against its reference raster)"},
+        "reference": ceiling, "summary": summary, "mixed_design": check, "runs": runs, "wall_seconds": time.perf_counter() - started,
         "pid": os.getpid(),
     }
     if args.record:

@@ -34,7 +34,11 @@ date's share of pixels with data (0: a masked step, which models leave out) and 
 step k of every tile, 4-D batches as of a one-date store (its pixels without data on that date read 0), so a
 single-date model can be fitted on any one date of a season (`eoscale bench temporal`). Images are normalised with the store's per-band mean and std (of the chosen
 bands); a pixel without data (the store's nodata in every band) reads 0 in every band and `ignore_index` in the
-label. Training
+label. A store of several sensors (`sensor_groups`: each sensor a group of consecutive bands) is normalised group by
+group: where all of a group's bands are the store's nodata, that group's channels read 0 (clouds in the optical group,
+radar border noise, a missing sensor), and a pixel without data is one where every group is; with
+`sensor_dropout`, training drops each sensor group of a tile with that probability (its channels read 0 there, as a
+missing sensor's), never every group that has data in the tile, drawn in the workers as the turns are. Training
 tiles get a random one of the 8 square symmetries (flips and 90° turns), the same for image and label: the
 workers draw it (a "turn" per tile, from the seed, epoch, rank and worker), `normalise` applies it on the device
 (`eoscale.data.augment`). The dataloaders themselves yield the compact batches that the workers made (uint16
@@ -90,7 +94,10 @@ class TileDataModule(LightningDataModule):
     short strips of neighbouring tiles (`eoscale.data.partition.train_subset`), the same every epoch and on
     every rank, while validation, test and prediction keep their whole splits; of a store of several dates,
     training drops each date with probability `date_dropout` and keeps at most `max_dates` dates a tile (the
-    valid ones first, at random, in time order; evaluation keeps every date); `pin_memory`
+    valid ones first, at random, in time order; evaluation keeps every date); of a store of several sensors, training
+    drops each sensor of a tile with probability `sensor_dropout` (never every sensor with data there, so a store of
+    one sensor drops nothing, and one config fits stores of one sensor and of several; evaluation keeps all);
+    `pin_memory`
     (default: when CUDA is available) pins the compact batches, so that their copy to the GPU can overlap the
     step. A batch size larger than a rank's share of the training split is refused in `setup`; evaluation
     splits accept it (one short batch per rank).
@@ -127,10 +134,13 @@ class TileDataModule(LightningDataModule):
         date_dropout: float = 0.0,
         max_dates: int | None = None,
         date_step: int | None = None,
+        sensor_dropout: float = 0.0,
     ) -> None:
         super().__init__()
         if date_step is not None and (isinstance(date_step, bool) or not isinstance(date_step, int) or date_step < 0):
             raise InputError(f"date_step must be a step index of the store's dates (0 or more), got {date_step!r}")
+        if not 0 <= sensor_dropout < 1:
+            raise InputError(f"sensor_dropout must be at least 0 and less than 1, got {sensor_dropout}")
         if not 0 <= date_dropout < 1:
             raise InputError(f"date_dropout must be at least 0 and less than 1, got {date_dropout}")
         if max_dates is not None and max_dates < 1:
@@ -163,12 +173,14 @@ class TileDataModule(LightningDataModule):
         self.direct_decode = bool(direct_decode)
         self.target = target
         self.date_dropout = float(date_dropout)
+        self.sensor_dropout = float(sensor_dropout)
         self.max_dates = max_dates
         self.date_step = date_step
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
         self._norm: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._groups: list[tuple[int, int]] | None = None
 
     # --- the band contract, readable before any hook runs -----------------------------------------------
     @property
@@ -386,20 +398,35 @@ class TileDataModule(LightningDataModule):
             mean, scale = self._normalisation(image.device)
             nodata = float(self.attrs[schema.ATTR_NODATA])
             x = image.to(torch.float32)  # before any comparison: CUDA has few kernels for uint16
-            # a pixel without data holds the store's nodata in every band (`eoscale.ingest.writer`); with nodata 0,
-            # the usual, that is "the largest band is 0", a max over bands (8× faster on CPU than all(x == 0))
-            keep = x.amax(dim=-3, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=-3, keepdim=True)
+            groups = self._group_channels()
+            # one mask a sensor group (one group: every band, as before several sensors were kept): where it has data
+            keeps = [_has_data(x if len(groups) == 1 else x[..., a:b, :, :], nodata) for a, b in groups]
+            date = None
             if x.ndim == 5:  # several dates (B, T, C, H, W): a date without observations (or dropped) reads 0 too
-                keep = keep & (out["date_valid"] > 0)[:, :, None, None, None]
+                date = (out["date_valid"] > 0)[:, :, None, None, None]
             elif step_valid is not None:
-                keep = keep & (step_valid > 0)[:, None, None, None]
+                date = (step_valid > 0)[:, None, None, None]
+            if date is not None:
+                keeps = [keep & date for keep in keeps]
             # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0);
             # the per-band (1, C, 1, 1) statistics broadcast over the dates alike
-            out["image"] = x.sub_(mean).mul_(scale).mul_(keep)
+            x = x.sub_(mean).mul_(scale)
+            if len(groups) == 1:
+                x.mul_(keeps[0])
+            else:
+                for (a, b), keep in zip(groups, keeps, strict=True):
+                    x[..., a:b, :, :].mul_(keep)
+            out["image"] = x
         label = out.get("label")
         if label is not None and label.dtype == torch.uint8:
             out["label"] = label.to(torch.int64)
         return out
+
+    def _group_channels(self) -> list[tuple[int, int]]:
+        """Each sensor group's channels `(start, stop)` among the chosen bands (one group for a store of one)."""
+        if self._groups is None:
+            self._groups = [(g.start, g.stop) for g in self.sensor_groups]
+        return self._groups
 
     def _normalisation(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-band mean and 1/std as (1, C, 1, 1) float32 tensors on `device` (made once per device)."""
@@ -426,6 +453,8 @@ class TileDataModule(LightningDataModule):
             **({"targets": True} if self.target == "values" else {}),
             **({"date_dropout": self.date_dropout, "max_dates": self.max_dates}
                if self.store_time_steps > 1 and self.date_step is None else {}),
+            **({"sensor_groups": self._group_channels(), "sensor_dropout": self.sensor_dropout}
+               if train and self.sensor_dropout > 0 and len(self._group_channels()) > 1 else {}),
         )
         if train and stream.tiles_per_rank < self.batch_size:
             subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""
@@ -442,6 +471,13 @@ class TileDataModule(LightningDataModule):
         # the shared-memory handover carries images and labels only: per-pixel values come the plain way
         return TileLoader(self._streams[split], num_workers=self.num_workers, pin_memory=self.pin_memory,
                           shared_memory=self.shared_memory and self.target != "values")
+
+
+def _has_data(x: torch.Tensor, nodata: float) -> torch.Tensor:
+    """Where a pixel of `x` (..., C, H, W) has data: not the store's nodata in every one of its C bands."""
+    # a pixel without data holds the store's nodata in every band (`eoscale.ingest.writer`); with nodata 0, the
+    # usual, that is "the largest band is 0", a max over bands (8× faster on CPU than all(x == 0))
+    return x.amax(dim=-3, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=-3, keepdim=True)
 
 
 def data_parallel(trainer) -> tuple[int, int]:

@@ -19,7 +19,11 @@ of T > 1 dates gives "image" (B, T, C, H, W), "date_valid" float32 (B, T), each 
 in the tile, and "dates" int64 (B, T), each date in days since 1970-01-01 (`NO_DATE` where unknown). Training
 may drop dates (`date_dropout`: a dropped date's "date_valid" reads 0, as a date without observations) and pick
 `max_dates` of them per tile ("date_pick" int64 (B, K), the picked dates in time order, valid ones first;
-`TileDataModule.normalise` gathers them on the device), drawn from the same generator as the turns.
+`TileDataModule.normalise` gathers them on the device), drawn from the same generator as the turns. Training on a
+store of several sensors may drop sensors (`sensor_dropout`): each sensor group of a tile is dropped with that
+probability, its bands set to the store's nodata in the batch (so its channels read 0 once normalised, and a pixel no
+kept group sees gets `ignore_index`), never every group that has data in the tile; drawn from the same generator, before
+the turns.
 
 What a worker spends besides decoding (CPU µs per tile in one process, same machine and tiles, decoding
 alone 80–103, while other work loaded the 2 cores 5–10×): with the tiles decoded into the buffer, then copied,
@@ -87,6 +91,8 @@ class TileStream(IterableDataset):
         targets: bool = False,
         date_dropout: float = 0.0,
         max_dates: int | None = None,
+        sensor_groups: list[tuple[int, int]] | None = None,
+        sensor_dropout: float = 0.0,
     ) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank {rank} is not in 0..{world_size - 1}")
@@ -109,6 +115,9 @@ class TileStream(IterableDataset):
         self.direct_decode = direct_decode
         self.date_dropout = float(date_dropout)  # training, several dates: each date dropped with this probability
         self.max_dates = max_dates  # training, several dates: at most this many dates a tile (None: all)
+        # training, several sensors: each group of channels `(start, stop)` of a tile dropped with this probability
+        self.sensor_groups = None if sensor_groups is None else [(int(a), int(b)) for a, b in sensor_groups]
+        self.sensor_dropout = float(sensor_dropout)
         self.targets = targets  # per-pixel values (`schema.TARGETS`) as "target" float32 (B, T, T), NaN where unknown
         self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
         self._resume = torch.tensor([-1, 0], dtype=torch.int64).share_memory_()  # (epoch, batches to leave out)
@@ -188,10 +197,13 @@ class TileStream(IterableDataset):
         for made, which in enumerate(batches(), start=1):
             if made > skip:
                 yield self._batch(buffer, which, rng)
-            elif self.augment:
-                rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
-                if self._time_draws():  # and the dates it would have dropped and picked
-                    self._draw_dates(rng, self._open()[3][buffer.tiles[which]])
+            else:
+                if self._drops_sensors():  # the sensors `_batch` would have dropped
+                    self._draw_sensors(rng, None, len(which))
+                if self.augment:
+                    rng.integers(0, 8, len(which), dtype=np.uint8)  # the turns `_batch` would have drawn
+                    if self._time_draws():  # and the dates it would have dropped and picked
+                        self._draw_dates(rng, self._open()[3][buffer.tiles[which]])
         assert made == plan.batches, f"worker {worker} made {made} batches, planned {plan.batches}"
 
     def _open(self) -> tuple[ShardReader, ShardReader | None, np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -267,11 +279,14 @@ class TileStream(IterableDataset):
             for i, k in enumerate(order):
                 images.decode(buffer.images[k], scratch)
                 x[i] = scratch[0, self.bands] if steps == 1 else scratch[:, self.bands]
+        incomplete = ~complete[tile]
+        if self._drops_sensors():
+            incomplete |= self._drop_sensors(rng, x)  # a tile that lost a sensor may have pixels without data now
         if y is not None:
             decode = labels.decode
             for i, k in enumerate(order):
                 decode(buffer.labels[k], y[i])
-            for i in np.flatnonzero(~complete[tile]).tolist():  # a pixel without data: every band at nodata
+            for i in np.flatnonzero(incomplete).tolist():  # a pixel without data: every band at nodata
                 if steps == 1:
                     missing = x[i].max(axis=0) == 0 if self.nodata == 0 else (x[i] == self.nodata).all(axis=0)
                 else:  # ... on every date
@@ -289,6 +304,39 @@ class TileStream(IterableDataset):
                 if pick is not None:
                     time["date_pick"][:] = pick
         return batch
+
+    def _drops_sensors(self) -> bool:
+        return self.sensor_dropout > 0 and self.sensor_groups is not None and len(self.sensor_groups) > 1
+
+    def _draw_sensors(self, rng: np.random.Generator, seen: np.ndarray | None, n: int | None = None) -> np.ndarray:
+        """Which sensor groups of each tile to drop, (n, G) bool, given `seen` (n, G), whether each group has data in
+        the tile: each with probability `sensor_dropout`, and where that would drop every group with data, all but one
+        of them (chosen at random). The same numbers are drawn whatever `seen` (None: draw only, a resumed epoch's)."""
+        groups = len(self.sensor_groups)
+        n = len(seen) if seen is not None else n
+        chance, spare = rng.random((n, groups)), rng.random(n)
+        if seen is None:
+            return chance < self.sensor_dropout
+        drop = (chance < self.sensor_dropout) & seen
+        lost = seen.any(axis=1) & ~(seen & ~drop).any(axis=1)
+        for i in np.flatnonzero(lost).tolist():
+            options = np.flatnonzero(seen[i])
+            drop[i, options[int(spare[i] * len(options))]] = False
+        return drop
+
+    def _drop_sensors(self, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+        """Training's sensor dropout on the batch `x` (n, [T,] C, H, W), in place: a dropped group's bands set to the
+        store's nodata; returns which tiles lost one (n,) bool."""
+        n = len(x)
+        seen = np.empty((n, len(self.sensor_groups)), dtype=bool)
+        for g, (a, b) in enumerate(self.sensor_groups):
+            part = x[:, ..., a:b, :, :].reshape(n, -1)
+            seen[:, g] = part.max(axis=1) != 0 if self.nodata == 0 else (part != self.nodata).any(axis=1)
+        drop = self._draw_sensors(rng, seen)
+        for i, g in zip(*np.nonzero(drop), strict=True):
+            a, b = self.sensor_groups[g]
+            x[i][..., a:b, :, :] = self.nodata
+        return drop.any(axis=1)
 
     def _picks(self, steps: int) -> int:
         """The dates a training tile keeps with `max_dates` (0: all, no pick)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from eoscale.errors import InputError
 from eoscale.maps.design import ALLOCATIONS
+from eoscale.maps.uncertain import QUOTAS
 
 DESIGNS = ("stratified", "uncertainty", "mixed")
 
@@ -49,6 +50,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="points chosen by uncertainty lie at least this far apart (default: %(default)s)")
     parser.add_argument("--per-class", type=int, default=0, metavar="K",
                         help="first give each map class up to K of its most uncertain points (default: 0)")
+    parser.add_argument("--interior", type=int, default=0, metavar="PIXELS",
+                        help="points chosen by uncertainty lie at least this far inside a patch of one map class, "
+                             "off the mixed pixels of its edge (default: 0)")
+    parser.add_argument("--quotas", choices=QUOTAS,
+                        help="divide the points chosen by uncertainty among the map's classes first: proportional to "
+                             "their areas, or equal; each class's most uncertain (default: most uncertain overall)")
     parser.add_argument("--allocation", nargs="+", default=["proportional"], metavar="METHOD",
                         help=f"how points are divided among classes: {', '.join(ALLOCATIONS[:3])}, or "
                              "'min-per-class K' (proportional with at least K per class); default proportional")
@@ -91,8 +98,10 @@ def check_design_args(args: argparse.Namespace) -> None:
     if args.by == "stratified":
         given = [o for o, v in (("--uncertainty", args.uncertainty), ("--measure", args.measure),
                                 ("--labelling", args.labelling)) if v is not None]
-        if given or args.per_class:
-            raise InputError(f"{(given or ['--per-class'])[0]} chooses points by uncertainty: add --by uncertainty "
+        given += [o for o, v in (("--per-class", args.per_class), ("--interior", args.interior),
+                                 ("--quotas", args.quotas)) if v]
+        if given:
+            raise InputError(f"{given[0]} chooses points by uncertainty: add --by uncertainty "
                              "(or --by mixed)")
         return
     if args.uncertainty is None:
@@ -105,9 +114,9 @@ def check_design_args(args: argparse.Namespace) -> None:
                                      or args.expected_accuracy is not None):
         raise InputError("--labelling, --allocation and --expected-accuracy are for the stratified sample of --by mixed; "
                          "with --by uncertainty, --n is the number of points")
-    if args.spacing < 1 or args.per_class < 0:
-        raise InputError(f"--spacing {args.spacing} --per-class {args.per_class}: the spacing is at least 1 pixel and "
-                         "K at least 0")
+    if args.spacing < 1 or args.per_class < 0 or args.interior < 0:
+        raise InputError(f"--spacing {args.spacing} --per-class {args.per_class} --interior {args.interior}: the spacing "
+                         "is at least 1 pixel, K and the interior at least 0")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,7 +161,7 @@ def choose_uncertain(args: argparse.Namespace, cmap, total: int, seed: int, *, e
     from eoscale.maps.uncertain import Selection, choose, open_uncertainty
 
     path, measure = open_uncertainty(cmap, args.uncertainty, args.measure)
-    selection = Selection(path, measure, args.spacing, args.per_class)
+    selection = Selection(path, measure, args.spacing, args.per_class, args.interior, args.quotas)
     points, values = choose(total, cmap, selection, seed=seed, exclude=exclude)
     return points, values, selection.describe()
 
@@ -171,7 +180,8 @@ def run_uncertainty(args: argparse.Namespace, cmap, files, seed: int) -> int:
 def print_labelling(design: dict, cmap) -> None:
     chosen = design["labelling"]
     print(f"{chosen['n']} points chosen by uncertainty ({chosen['measure']}, {chosen['spacing_pixels']} px apart, "
-          f"up to {chosen['per_class']} a class first) for labelling:")
+          f"{chosen['interior_pixels']} px inside a class, up to {chosen['per_class']} a class first, quotas "
+          f"{chosen['quotas']}) for labelling:")
     for c in cmap.table.classes:
         if chosen["per_stratum"][str(c.code)]:
             print(f"  {c.code:>5}  {c.name:<28} n={chosen['per_stratum'][str(c.code)]}")

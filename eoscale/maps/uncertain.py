@@ -11,6 +11,15 @@ cells, not the pixels), and the candidates are then taken, most uncertain first,
 pixels of one already taken. `per_class` first gives each map class up to that many of its own most uncertain
 points, so the rare classes get some.
 
+Two more choices, both measured by `eoscale bench active`:
+- `interior` R keeps only pixels whose (2R+1)×(2R+1) neighbourhood holds one map class: the most uncertain pixels
+  sit on class boundaries, where a pixel is a mixture and its label (from a coarser reference, or a person's click)
+  is the least reliable; one pixel in from the edge keeps the confusion between classes and drops the mixtures.
+- `quotas` divides the points among the map's classes before ranking by uncertainty: `proportional` to each class's
+  mapped area (the class mix of a random sample, which is what overall accuracy weighs, each class's points its
+  least sure ones), `equal` (the same number a class: the rare classes' accuracy, mIoU); classes with too few
+  candidates leave their share to the rest, most uncertain first.
+
 This is not a probability sample: its points cannot estimate accuracy or area without bias (`eoscale assess`
 refuses it); a mixed design (`eoscale sample --by mixed`) draws a stratified sample for that beside it.
 """
@@ -31,6 +40,7 @@ from eoscale.maps.design import Sample
 from eoscale.raster.pixel_area import M2_PER_HECTARE
 
 MEASURES = ("entropy", "margin")
+QUOTAS = ("proportional", "equal")
 
 
 @dataclass(frozen=True)
@@ -41,12 +51,15 @@ class Selection:
     measure: str | None  # None: the raster is the uncertainty itself; else computed from its class probabilities
     spacing: int
     per_class: int
+    interior: int = 0
+    quotas: str | None = None  # None: most uncertain first; "proportional" or "equal" per map class
 
     def describe(self) -> dict:
         from eoscale.maps.classmap import file_identity
 
         return {"uncertainty": {"path": str(self.uncertainty.resolve()), **file_identity(self.uncertainty)},
-                "measure": self.measure or "as given", "spacing_pixels": self.spacing, "per_class": self.per_class}
+                "measure": self.measure or "as given", "spacing_pixels": self.spacing, "per_class": self.per_class,
+                "interior_pixels": self.interior, "quotas": self.quotas or "none"}
 
 
 def entropy(probabilities: np.ndarray) -> np.ndarray:
@@ -102,9 +115,10 @@ def _read_uncertainty(src, window: Window, measure: str | None) -> np.ndarray:
     return (entropy if measure == "entropy" else margin)(values)
 
 
-def candidates(cmap: ClassMap, uncertainty: Path, measure: str | None, *, spacing: int, seed: int):
+def candidates(cmap: ClassMap, uncertainty: Path, measure: str | None, *, spacing: int, seed: int, interior: int = 0):
     """Each cell's most uncertain pixel of each class: (rows, cols, class index, uncertainty), and the map's areas.
-    One pass over the map and the raster, strips of whole cell rows; ties are broken by a seeded random key."""
+    One pass over the map and the raster, strips of whole cell rows (read `interior` rows beyond each edge to see a
+    pixel's neighbourhood); ties are broken by a seeded random key."""
     from eoscale.maps.classmap import ClassAreas
 
     classes = len(cmap.table)
@@ -123,7 +137,10 @@ def candidates(cmap: ClassMap, uncertainty: Path, measure: str | None, *, spacin
             check_values(cmap, values, index)
             add_areas(cmap, index, row0, pixels, area_m2)
             u = _read_uncertainty(unc_src, window, measure)
-            r, c = np.nonzero((index != IGNORE_INDEX) & np.isfinite(u))
+            usable = (index != IGNORE_INDEX) & np.isfinite(u)
+            if interior:
+                usable &= _interior(map_src, lut, window, interior)
+            r, c = np.nonzero(usable)
             if not len(r):
                 continue
             h = index[r, c].astype(np.int64)
@@ -140,6 +157,35 @@ def candidates(cmap: ClassMap, uncertainty: Path, measure: str | None, *, spacin
             ClassAreas(pixels, area_m2 / M2_PER_HECTARE))
 
 
+def _interior(src, lut: np.ndarray, window: Window, radius: int) -> np.ndarray:
+    """Where the window's pixels have one map class all around them, `radius` pixels each way (the map's edge and
+    nodata count as another class)."""
+    from scipy.ndimage import maximum_filter, minimum_filter
+
+    top = max(0, window.row_off - radius)
+    bottom = min(src.height, window.row_off + window.height + radius)
+    index = class_index(src.read(1, window=Window(0, top, src.width, bottom - top)), lut).astype(np.int16)
+    index[index == IGNORE_INDEX] = -1
+    size = 2 * radius + 1
+    same = minimum_filter(index, size, mode="constant", cval=-1) == maximum_filter(index, size, mode="constant", cval=-1)
+    same &= index >= 0
+    start = window.row_off - top
+    return same[start:start + window.height]
+
+
+def quota_sizes(quotas: str, total: int, pixels: np.ndarray, available: np.ndarray) -> np.ndarray:
+    """Points a class under `quotas` (largest remainders; a class never gets more than it has candidates)."""
+    share = pixels.astype(np.float64) if quotas == "proportional" else (pixels > 0).astype(np.float64)
+    share = np.where(available > 0, share, 0.0)
+    if share.sum() == 0:
+        return np.zeros(len(pixels), dtype=np.int64)
+    exact = total * share / share.sum()
+    sizes = np.floor(exact).astype(np.int64)
+    for h in np.argsort(-(exact - sizes), kind="stable")[: total - sizes.sum()]:
+        sizes[h] += 1
+    return np.minimum(sizes, available)
+
+
 def choose(total: int, cmap: ClassMap, selection: Selection, *, seed: int,
            exclude: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Sample, np.ndarray]:
     """The `total` points (see the module docstring), most uncertain first, and each one's uncertainty. Pixels in
@@ -147,7 +193,7 @@ def choose(total: int, cmap: ClassMap, selection: Selection, *, seed: int,
     if total <= 0:
         raise InputError(f"--n {total}: the sample needs at least one point")
     rows, cols, strata, values, areas = candidates(cmap, selection.uncertainty, selection.measure,
-                                                   spacing=selection.spacing, seed=seed)
+                                                   spacing=selection.spacing, seed=seed, interior=selection.interior)
     if exclude is not None and len(exclude[0]):
         taken = set(zip(exclude[0].tolist(), exclude[1].tolist(), strict=True))
         keep = np.array([(r, c) not in taken for r, c in zip(rows.tolist(), cols.tolist(), strict=True)], dtype=bool)
@@ -164,6 +210,18 @@ def choose(total: int, cmap: ClassMap, selection: Selection, *, seed: int,
                 if spaced.take(rows[i], cols[i]):
                     chosen.append(int(i))
                     got += 1
+    if selection.quotas:
+        left = total - len(chosen)
+        sizes = quota_sizes(selection.quotas, left, areas.pixels,
+                            np.bincount(strata, minlength=len(cmap.table)))
+        got = np.zeros(len(cmap.table), dtype=np.int64)
+        taken_set = set(chosen)
+        for i in order:
+            if got.sum() == left:
+                break
+            if got[strata[i]] < sizes[strata[i]] and int(i) not in taken_set and spaced.take(rows[i], cols[i]):
+                chosen.append(int(i))
+                got[strata[i]] += 1
     taken_set = set(chosen)
     for i in order:
         if len(chosen) == total:
@@ -172,7 +230,9 @@ def choose(total: int, cmap: ClassMap, selection: Selection, *, seed: int,
             chosen.append(int(i))
     if len(chosen) < total:
         raise InputError(f"--n {total}: only {len(chosen)} points of the map lie {selection.spacing} pixels apart with "
-                         "an uncertainty: ask for fewer points, or a smaller --spacing")
+                         "an uncertainty" + (f" and {selection.interior} pixels inside a class" if selection.interior
+                                             else "") + ": ask for fewer points, or a smaller --spacing"
+                         + (" or --interior" if selection.interior else ""))
     pick = np.asarray(chosen, dtype=np.int64)
     pick = pick[np.argsort(-values[pick], kind="stable")]
     sizes = np.bincount(strata[pick], minlength=len(cmap.table)).astype(np.int64)

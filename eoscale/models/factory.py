@@ -4,6 +4,8 @@
     model = build_model("vit_small_patch16_224", in_chans=10, num_classes=8, img_size=64)
     model = build_model("convnext_atto", in_chans=10, num_classes=8, task="classification")
     model = build_model("resnet18", in_chans=10, num_classes=9, task="change")   # two dates: (B, 20, H, W) in
+    model = build_model("resnet18", in_chans=12, num_classes=8, fusion="stems",      # several sensors
+                        sensors=[{"name": "sentinel-2", "bands": [...10]}, {"name": "sentinel-1", "bands": ["VV", "VH"]}])
 
 Later stages reach into the parts by name: `model.backbone` to freeze it or to put LoRA adapters on its
 `attn.qkv` / `attn.proj` layers, `shardable_blocks(model)` for FSDP2's per-block `fully_shard`.
@@ -12,6 +14,7 @@ Building draws from torch's global generator only, so the same seed gives the sa
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -21,6 +24,7 @@ from torch import Tensor, nn
 from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, StateDictTransform, VitBackbone, create_backbone
 from eoscale.models.change import ChangeFusion, ChangeModel
+from eoscale.models.fusion import Fusion, SensorStems, embed_sensors, sensor_groups
 from eoscale.models.heads import ClassificationHead, FPNDecoder, PixelHead, SimpleFeaturePyramid
 from eoscale.models.temporal import build_temporal_model
 from eoscale.models.trees import TREE_MODELS, TreeEnsemble
@@ -33,11 +37,15 @@ class SegmentationModel(nn.Module):
 
     `neck` turns the backbone's maps into a pyramid (a `SimpleFeaturePyramid` for plain ViTs, identity
     for hierarchical backbones); `decoder` is an `FPNDecoder` over the pyramid; `pixel_head`, if any, a
-    `PixelHead` whose per-pixel logits from the bands alone are added at full resolution.
+    `PixelHead` whose per-pixel logits from the bands alone are added at full resolution; `stem`, if any, what the
+    input goes through before the backbone (`SensorStems` of a model of several sensors: `eoscale.models.fusion`).
     """
 
-    def __init__(self, backbone: Backbone, neck: nn.Module, decoder: nn.Module, pixel_head: nn.Module | None = None):
+    def __init__(self, backbone: Backbone, neck: nn.Module, decoder: nn.Module, pixel_head: nn.Module | None = None,
+                 stem: nn.Module | None = None):
         super().__init__()
+        if stem is not None:  # absent, not None, in the module tree (as pixel_head): older checkpoints load strictly
+            self.stem = stem
         self.backbone = backbone
         self.neck = neck
         self.decoder = decoder
@@ -45,7 +53,7 @@ class SegmentationModel(nn.Module):
             self.pixel_head = pixel_head
 
     def forward(self, x: Tensor) -> Tensor:
-        logits = self.decoder(self.neck(self.backbone(x)))
+        logits = self.decoder(self.neck(self.backbone(self.stem(x) if hasattr(self, "stem") else x)))
         logits = F.interpolate(logits, size=x.shape[-2:], mode="bilinear", align_corners=False)
         if hasattr(self, "pixel_head"):
             logits = logits + self.pixel_head(x)
@@ -90,6 +98,9 @@ def build_model(
     dropout: float = 0.0,
     architecture: str | None = None,
     spectral_mlp: int = 0,
+    sensors: Sequence[Mapping] | None = None,
+    fusion: Fusion | None = None,
+    fusion_width: int = 32,
     **backbone_kwargs,
 ) -> nn.Module:
     """Build a segmentation, tile-classification or change model on the timm backbone `backbone`.
@@ -102,7 +113,14 @@ def build_model(
     per-date backbone `backbone`, or "temporal_vit"), its options in the other keywords.
     `random_forest` is no timm name: it builds the empty shell of a fitted forest (`eoscale.models.trees`), its
     size (`trees`, `nodes`, `depth`) from the keywords, for a checkpoint's weights to fill.
+    `fusion` builds a segmentation model of several sensors (`eoscale.models.fusion`): `sensors` are the input's
+    groups (`[{"name", "bands"}]` in channel order), each entering through its own stem of `fusion_width` channels
+    ("stems", any backbone) or its own patch embedding ("tokens", plain ViTs); without `fusion` the bands of all
+    sensors go into one network as they are (early fusion; `sensors` is then not used).
     """
+    if fusion is not None and (backbone in TREE_MODELS or architecture is not None):
+        raise InputError(f"fusion={fusion!r} is for single-date segmentation networks, not "
+                         f"{architecture or backbone!r}: leave fusion out")
     if backbone in TREE_MODELS:
         return TreeEnsemble(in_chans=in_chans, num_classes=num_classes, **backbone_kwargs)
     if architecture is not None:
@@ -111,6 +129,11 @@ def build_model(
                                     drop_path_rate=drop_path_rate, dropout=dropout, **backbone_kwargs)
     if task not in get_args(Task):
         raise InputError(f"task={task!r} is not one of {', '.join(map(repr, get_args(Task)))}")
+    groups = None
+    if fusion is not None:
+        if task != "segmentation":
+            raise InputError(f"fusion={fusion!r} is for segmentation models: leave it out of a {task} model")
+        groups = sensor_groups(sensors, in_chans=in_chans, fusion=fusion)
     for option, value in (
         ("in_chans", in_chans),
         ("num_classes", num_classes),
@@ -118,15 +141,23 @@ def build_model(
     ):
         if not isinstance(value, int) or value < 1:
             raise InputError(f"{option}={value!r}: give a positive whole number")
+    stem = SensorStems(groups, width=fusion_width) if fusion == "stems" else None
     net = create_backbone(
         backbone,
-        in_chans=in_chans,
+        in_chans=in_chans if stem is None else stem.channels,
         img_size=img_size,
         drop_path_rate=drop_path_rate,
-        weights=weights,
+        weights=None if fusion == "tokens" else weights,  # tokens: loaded once the sensors' embeddings are in
         weights_transform=weights_transform,
         **backbone_kwargs,
     )
+    if fusion == "tokens":
+        if not isinstance(net, VitBackbone):
+            raise InputError(f"fusion='tokens' gives each sensor a ViT patch embedding; {backbone!r} is no plain ViT: "
+                             "use fusion='stems'")
+        embed_sensors(net.net, groups)
+        if weights is not None:
+            net.load_weights(weights, transform=weights_transform)
     if task == "classification":
         return TileClassifier(
             net, ClassificationHead(net.channels[-1], num_classes=num_classes, dropout=dropout)
@@ -143,7 +174,7 @@ def build_model(
             raise InputError("spectral_mlp is for single-date segmentation: leave it out of a change model")
         return ChangeModel(net, neck, ChangeFusion(neck.channels), decoder)
     pixel_head = PixelHead(in_chans, num_classes, hidden=spectral_mlp) if spectral_mlp else None
-    return SegmentationModel(net, neck, decoder, pixel_head)
+    return SegmentationModel(net, neck, decoder, pixel_head, stem)
 
 
 def shardable_blocks(model: nn.Module) -> list[nn.Module]:

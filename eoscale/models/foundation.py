@@ -47,6 +47,7 @@ from eoscale.sensors import SENTINEL2, get_sensor
 log = logging.getLogger(__name__)
 
 PATCH_KEY = "patch_embed.proj.weight"
+SENSOR_PATCH_PREFIX = "patch_embed.embeds."  # an encoder of several sensors: one patch embedding a sensor
 META_KEY = "eoscale"  # safetensors metadata entry of an eoscale backbone export (JSON)
 EXPORT_FORMAT = "eoscale-backbone/1"
 
@@ -193,6 +194,8 @@ class FoundationWeights:
         self.report: BandMappingReport | None = None
 
     def __call__(self, state: dict[str, Tensor], backbone: Any) -> dict[str, Tensor]:
+        if any(k.startswith(SENSOR_PATCH_PREFIX) for k in _unwrap(dict(state))):
+            return self._sensor_encoder(_unwrap(dict(state)), backbone)
         if self.source is None and self.metadata is None and PATCH_KEY not in state:
             return state  # nothing says these are foundation weights (a CNN's, an eoscale model's): as they are
         if self.preset is not None:
@@ -221,6 +224,19 @@ class FoundationWeights:
         state = dict(state)
         state[PATCH_KEY] = weight
         (log.warning if self.report.filled else log.info)("%s", self.report.summary())
+        return state
+
+    def _sensor_encoder(self, state: dict[str, Tensor], backbone: Any) -> dict[str, Tensor]:
+        """An encoder of several sensors (one patch embedding a sensor, `eoscale.models.fusion`): loaded as it is, on
+        a backbone of the same sensors and bands (`fusion: tokens` on a store of them)."""
+        from eoscale.models.fusion import SensorPatchEmbed
+
+        own = getattr(getattr(backbone, "net", None), "patch_embed", None)
+        saved = [(s["name"], list(s["bands"])) for s in (self.metadata or {}).get("sensors") or []]
+        if not isinstance(own, SensorPatchEmbed) or (saved and saved != [(g.name, list(g.bands)) for g in own.groups]):
+            names = ", ".join(f"{n} ({len(b)} bands)" for n, b in saved) or "several sensors"
+            raise InputError(f"weights {str(self.path)!r} are an encoder of {names}: fine-tune it with fusion: tokens on "
+                             "a store of the same sensors and bands")
         return state
 
 

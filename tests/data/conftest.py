@@ -26,3 +26,12 @@ def season(tmp_path_factory) -> str:
 
     return str(make_time_store(tmp_path_factory.mktemp("data-season"), steps=3, height=200, width=230, tile_size=16,
                                split=(0.6, 0.2, 0.2), own_grid_labels=True))
+
+
+@pytest.fixture(scope="session")
+def sensor_store(tmp_path_factory) -> str:
+    """`store`'s scenes at 32 px tiles as a store of two sensors, 8 + 2 bands, each with its own gaps (the first
+    group's rows 0-7 and the second's columns 0-5 of every tile: `tests.stores.make_sensor_store`)."""
+    from tests.stores import make_sensor_store
+
+    return str(make_sensor_store(tmp_path_factory.mktemp("data-sensors"), split=(0.6, 0.2, 0.2)))

@@ -160,6 +160,10 @@ def test_assess_refuses_points_chosen_by_uncertainty(tmp_path, mapped, capsys):
     (["--by", "uncertainty", "--n", "5"], False, "needs --uncertainty"),
     (["--by", "mixed", "--n", "50"], True, "needs --labelling"),
     (["--n", "50", "--per-class", "3"], False, "add --by uncertainty"),
+    (["--n", "50", "--interior", "1"], False, "--interior chooses points by uncertainty"),
+    (["--n", "50", "--quotas", "equal"], False, "--quotas chooses points by uncertainty"),
+    (["--by", "uncertainty", "--n", "5", "--interior", "-1"], True, "the interior at least 0"),
+    (["--by", "uncertainty", "--n", "5000", "--spacing", "20", "--interior", "1"], True, "or --interior"),
     (["--n", "50"], True, "add --by uncertainty"),
     (["--by", "uncertainty", "--n", "5", "--allocation", "equal"], True, "for the stratified sample of --by mixed"),
     (["--by", "uncertainty", "--n", "5", "--spacing", "0"], True, "at least 1 pixel"),
@@ -182,3 +186,65 @@ def test_an_uncertainty_off_the_maps_grid_is_refused(tmp_path, mapped, capsys):
                  "--n", "5", "--output", str(tmp_path / "x")]) == 2
     assert "is not on the grid of the map" in capsys.readouterr().err
     assert not (tmp_path / "x.csv").exists()
+
+
+def boundary_uncertainty(codes: np.ndarray) -> np.ndarray:
+    """High on the pixels beside another class (where a model is least sure), low inside a class, some noise."""
+    from scipy.ndimage import maximum_filter, minimum_filter
+
+    edge = minimum_filter(codes, 3, mode="nearest") != maximum_filter(codes, 3, mode="nearest")
+    return np.random.default_rng(4).random(codes.shape) * 0.5 + edge
+
+
+def test_interior_keeps_the_points_off_the_class_edges(tmp_path, mapped, monkeypatch):
+    """--interior R: every point has one map class R pixels around it, also where the map is read in strips (the
+    neighbourhood crosses a strip's edge); without it the most uncertain points sit on the edges."""
+    from scipy.ndimage import maximum_filter, minimum_filter
+
+    folder, codes, *_ = mapped
+    write_float(tmp_path / "edge.tif", boundary_uncertainty(codes), folder / "map.tif")
+
+    def points(name, *extra):
+        assert main(["sample", str(folder / "map.tif"), "--by", "uncertainty", "--uncertainty", str(tmp_path / "edge.tif"),
+                     "--n", "40", "--spacing", "5", "--output", str(tmp_path / name), "--seed", "2", *extra]) == 0
+        table = pd.read_csv(tmp_path / f"{name}.csv")
+        return table["row"].to_numpy(), table["col"].to_numpy()
+
+    def one_class_around(rows, cols, radius):
+        size = 2 * radius + 1
+        same = minimum_filter(codes, size, mode="constant", cval=NODATA) == maximum_filter(codes, size, mode="constant",
+                                                                                         cval=NODATA)
+        return same[rows, cols]
+
+    rows, cols = points("edge")
+    assert not one_class_around(rows, cols, 1).any()  # all on an edge
+    for radius in (1, 2):
+        rows, cols = points(f"in{radius}", "--interior", str(radius))
+        assert one_class_around(rows, cols, radius).all()
+    monkeypatch.setattr("eoscale.maps.uncertain.STRIP_PIXELS", WIDTH * 12)  # strips of 10 rows
+    strips = points("strips", "--interior", "2")
+    assert (strips[0] == rows).all() and (strips[1] == cols).all()
+    design = json.loads((tmp_path / "strips_design.json").read_text())
+    assert design["labelling"]["interior_pixels"] == 2 and design["labelling"]["quotas"] == "none"
+
+
+@pytest.mark.parametrize("quotas", ["proportional", "equal"])
+def test_quotas_divide_the_points_among_the_map_classes(tmp_path, mapped, quotas):
+    """--quotas proportional: each class's share of the points is its share of the map (the class mix of a random
+    sample); equal: the same number a class; within a class, its most uncertain points."""
+    folder, codes, *_ = mapped
+    uncertainty = np.random.default_rng(6).random(codes.shape)
+    uncertainty[codes == 10] += 1.0  # left to rank alone, every point would be trees
+    write_float(tmp_path / "u.tif", uncertainty, folder / "map.tif")
+    assert main(["sample", str(folder / "map.tif"), "--by", "uncertainty", "--uncertainty", str(tmp_path / "u.tif"),
+                 "--n", "60", "--spacing", "3", "--quotas", quotas, "--output", str(tmp_path / "q"), "--seed", "1"]) == 0
+    points = pd.read_csv(tmp_path / "q.csv")
+    counts = points["stratum"].value_counts()
+    valid = codes[codes != NODATA]
+    for code in TABLE.codes:
+        expected = 60 * (valid == code).mean() if quotas == "proportional" else 15
+        assert abs(counts.get(code, 0) - expected) <= 1, (code, counts.to_dict())
+        mine = points[points["stratum"] == code]["uncertainty"].min()
+        others = uncertainty[(codes == code)]
+        assert mine >= np.quantile(others, 0.9)  # each class's own most uncertain pixels
+    assert json.loads((tmp_path / "q_design.json").read_text())["labelling"]["quotas"] == quotas

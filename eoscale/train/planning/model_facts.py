@@ -25,6 +25,7 @@ from torch import nn
 
 from eoscale.errors import InputError
 from eoscale.models import shardable_blocks
+from eoscale.sensors.groups import as_record
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,9 @@ def facts_from_config(configs: list[str], *, batch_size: int | None = None) -> M
     steps = _time_steps(task, data)
     task.hparams.in_chans, task.hparams.num_classes, task.hparams.img_size = in_chans, num_classes, tile
     task.hparams.weights = None  # the weights change values, not shapes; nothing is read from disk
+    store = getattr(data, "store", None)
+    if task.hparams.get("fusion") and store is not None and os.path.exists(store):
+        task.hparams.sensors = as_record(data.sensor_groups)  # a network of several sensors: one stem or embedding each
     with torch.device("meta"):
         model = task.configure_models()
         model = task.configure_finetune(model)

@@ -20,6 +20,12 @@ timm `Block`s reconstructs the per-patch normalised pixels of every patch; the l
 error on the masked patches only. At the end of fit the encoder is written as `backbone.safetensors` beside
 the checkpoints (`eoscale.train.tasks.pretraining`), so `weights: …/backbone.safetensors` fine-tunes it on any
 store with some of its bands. The `pretrain` command is `eoscale.train.launch.pretrain`.
+
+On a store of several sensors, `fusion: tokens` gives each sensor its own patch embedding and a sensor embedding
+(`eoscale.models.fusion.SensorPatchEmbed`, as `SegmentationTask(fusion="tokens")` builds them), and the loss leaves out
+the pixels of a sensor that has no data there (its channels all 0: clouds, radar border noise, sensor dropout), so the
+encoder learns to reconstruct each sensor from what the others see. The export carries the sensors; a fine-tune with
+`fusion: tokens` on a store of the same sensors loads the per-sensor embeddings as they are.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from torch import Tensor, nn
 
 from eoscale.errors import InputError
 from eoscale.models.backbone import VitBackbone
+from eoscale.models.fusion import SensorPatchEmbed, embed_sensors, sensor_groups
+from eoscale.sensors.groups import as_record
 from eoscale.train.tasks.pretraining import PretrainTask
 
 
@@ -62,7 +70,7 @@ class MaskedAutoencoder(nn.Module):
         self.mask_ratio = mask_ratio
         self.norm_pix_loss = norm_pix_loss
         self.patch = int(net.patch_embed.patch_size[0])
-        self.in_chans = int(net.patch_embed.proj.in_channels)
+        self.in_chans = int(getattr(net.patch_embed, "in_chans", None) or net.patch_embed.proj.in_channels)
         self.num_patches = int(net.patch_embed.num_patches)
         self.decoder_embed = nn.Linear(net.embed_dim, decoder_dim)
         self.mask_token = nn.Parameter(torch.zeros(1, 1, decoder_dim))
@@ -148,11 +156,27 @@ class MaskedAutoencoder(nn.Module):
 
     def loss(self, x: Tensor, pred: Tensor, mask: Tensor) -> Tensor:
         target = self.patchify(x)
+        embed = self.backbone.net.patch_embed
+        if isinstance(embed, SensorPatchEmbed):  # several sensors: only the pixels each sensor saw count
+            return self._sensor_loss(target, pred, mask, self.patchify(embed.present(x)))
         if self.norm_pix_loss:  # per-patch normalised pixels: MAE's better target
             mean, var = target.mean(dim=-1, keepdim=True), target.var(dim=-1, keepdim=True)
             target = (target - mean) / (var + 1e-6).sqrt()
         per_patch = ((pred.float() - target.float()) ** 2).mean(dim=-1)
         return (per_patch * mask).sum() / mask.sum().clamp_min(1)
+
+    def _sensor_loss(self, target: Tensor, pred: Tensor, mask: Tensor, seen: Tensor) -> Tensor:
+        """The loss of a network of several sensors: a patch's statistics (`norm_pix_loss`) and error over the
+        values its sensors saw (`seen`, (B, N, p·p·C) 1 or 0); hidden patches that no sensor saw do not count."""
+        target, seen = target.float(), seen.float()
+        count = seen.sum(dim=-1, keepdim=True)
+        if self.norm_pix_loss:
+            mean = (target * seen).sum(dim=-1, keepdim=True) / count.clamp_min(1)
+            var = (((target - mean) * seen) ** 2).sum(dim=-1, keepdim=True) / (count - 1).clamp_min(1)
+            target = (target - mean) / (var + 1e-6).sqrt()
+        per_patch = (((pred.float() - target) ** 2) * seen).sum(dim=-1) / count.squeeze(-1).clamp_min(1)
+        counted = mask * (count.squeeze(-1) > 0)
+        return (per_patch * counted).sum() / counted.sum().clamp_min(1)
 
 
 class MAETask(PretrainTask):
@@ -164,10 +188,12 @@ class MAETask(PretrainTask):
         mask_ratio: fraction of patches hidden from the encoder.
         decoder_dim, decoder_depth, decoder_heads: the light decoder's width, blocks and heads.
         norm_pix_loss: reconstruct per-patch normalised pixels (True, as MAE) or raw normalised reflectances.
+        fusion: `tokens` on a store of several sensors: one patch embedding a sensor (`eoscale.models.fusion`), the
+            loss over the pixels each sensor saw; left out, every band through one patch embedding.
         lr, weight_decay, warmup_steps, min_lr_ratio: AdamW with linear warm-up and cosine decay.
         export: write `backbone.safetensors` (encoder + band contract) beside the checkpoints at the end of fit.
         init_seed: seed of the initial weights, the same on every rank.
-        in_chans, img_size: taken from the datamodule when left out.
+        in_chans, img_size, sensors: taken from the datamodule when left out (`sensors` only with `fusion`).
     """
 
     METHOD = "MAE"
@@ -182,6 +208,7 @@ class MAETask(PretrainTask):
         decoder_depth: int = 2,
         decoder_heads: int = 4,
         norm_pix_loss: bool = True,
+        fusion: str | None = None,
         lr: float = 1.5e-4,
         weight_decay: float = 0.05,
         warmup_steps: int = 100,
@@ -191,15 +218,26 @@ class MAETask(PretrainTask):
         init_seed: int = 0,
         in_chans: int | None = None,
         img_size: int | None = None,
+        sensors: list[dict] | None = None,
     ) -> None:
         super().__init__()
         if not 0.0 < mask_ratio < 1.0:
             raise InputError(f"mask_ratio={mask_ratio!r}: give a fraction between 0 and 1 (e.g. 0.75)")
+        if fusion not in (None, "tokens"):
+            raise InputError(f"fusion={fusion!r}: MAE pretraining of several sensors takes fusion: tokens (one patch "
+                             "embedding a sensor), or none")
         self.save_hyperparameters()
+
+    def read_datamodule(self, datamodule: Any) -> None:
+        super().read_datamodule(datamodule)
+        if self.hparams.get("fusion"):
+            self.hparams.sensors = as_record(datamodule.sensor_groups)
 
     def configure_models(self) -> nn.Module:
         h = self.hparams
         backbone = self.vit_backbone()
+        if h.get("fusion"):
+            embed_sensors(backbone.net, sensor_groups(h.get("sensors"), in_chans=h.in_chans, fusion=h.fusion))
         patch = backbone.net.patch_embed.patch_size[0]
         if h.img_size % patch:
             raise InputError(f"tile size {h.img_size} is not a multiple of the patch size {patch}: set backbone_kwargs.patch_size")

@@ -82,6 +82,8 @@ def export_backbone(task: PretrainTask, path: str | Path) -> Path:
         "model_kwargs": dict(h.get("backbone_kwargs") or {}),
         "patch_size": int(task.model.backbone.net.patch_embed.patch_size[0]),  # MAE's and DINO's models alike
         **export_fields(task),
+        # an encoder of several sensors (one patch embedding a sensor: `eoscale.models.fusion`), and its sensors
+        **({"fusion": h.fusion, "sensors": list(h.sensors)} if h.get("fusion") else {}),
     }
     return save_backbone(state, path, metadata=metadata)
 

@@ -23,8 +23,10 @@ from eoscale.contract import MODEL_KEY, model_args_from_hparams
 from eoscale.errors import InputError
 from eoscale.models import build_model
 from eoscale.models.foundation import FoundationWeights
+from eoscale.models.fusion import Fusion
 from eoscale.models.lora import ADAPTERS_DIR, Finetune, LoraSettings, apply_finetune, save_adapter
 from eoscale.models.metrics import segmentation_metrics
+from eoscale.sensors.groups import as_record
 from eoscale.train.tasks.base import BaseTask
 
 Loss = Literal["ce", "ce+dice"]
@@ -50,6 +52,11 @@ class SegmentationTask(BaseTask):
             small, imbalanced sets, issue 38); `false` (the default) none.
         spectral_mlp: hidden width of a per-pixel MLP (1×1 convolutions on the bands) whose logits are added to
             the decoder's, so the network has the spectra-only path a per-pixel forest has (0: none).
+        fusion: how the sensors of a store of several enter the network (`eoscale.models.fusion`): `stems` (one
+            small convolutional stem a sensor, averaged over the sensors present at each pixel, before the shared
+            encoder; any backbone), `tokens` (one patch embedding a sensor, plain ViTs); left out, every band goes
+            into one network as it is (early fusion). Sensor dropout is the datamodule's (`sensor_dropout`).
+        fusion_width: the stems' output channels (`fusion: stems`; default 32).
         lr, weight_decay: AdamW's.
         warmup_steps: optimizer steps of linear warm-up from 0, followed by cosine decay to `min_lr_ratio * lr`
             at the last step (`trainer.max_steps`, or the estimated steps of `max_epochs`).
@@ -65,7 +72,8 @@ class SegmentationTask(BaseTask):
             to `<default_root_dir>/adapters/<lora.name>/` at the end.
         lora: LoRA's options: `r`, `alpha`, `dropout`, `targets` (qkv, proj, fc1, fc2), `name`.
         init_seed: seed of the initial weights, the same on every rank.
-        in_chans, num_classes, img_size: taken from the datamodule when left out.
+        in_chans, num_classes, img_size, sensors: taken from the datamodule when left out (`sensors`, the input's
+            sensor groups `[{name, bands}]`, only with `fusion`).
     """
 
     def __init__(
@@ -78,6 +86,8 @@ class SegmentationTask(BaseTask):
         dice_weight: float = 1.0,
         class_weights: bool | ClassWeights = False,
         spectral_mlp: int = 0,
+        fusion: Fusion | None = None,
+        fusion_width: int | None = None,
         lr: float = 1e-3,
         weight_decay: float = 0.05,
         warmup_steps: int = 100,
@@ -93,8 +103,11 @@ class SegmentationTask(BaseTask):
         in_chans: int | None = None,
         num_classes: int | None = None,
         img_size: int | None = None,
+        sensors: list[dict] | None = None,
     ) -> None:
         super().__init__()
+        if fusion is not None and fusion not in get_args(Fusion):
+            raise InputError(f"fusion={fusion!r} is not one of {', '.join(map(repr, get_args(Fusion)))}")
         if loss not in ("ce", "ce+dice"):
             raise InputError(f"loss={loss!r} is not one of 'ce', 'ce+dice'")
         if class_weights not in (True, False, *get_args(ClassWeights)):
@@ -121,6 +134,8 @@ class SegmentationTask(BaseTask):
         self.hparams.in_chans = int(datamodule.num_bands)
         self.hparams.num_classes = int(datamodule.num_classes)
         self.hparams.img_size = int(datamodule.tile_size)
+        if self.hparams.get("fusion"):  # the groups a fusion network gives each its own way in (one store: one group)
+            self.hparams.sensors = as_record(datamodule.sensor_groups)
         if self.hparams.class_weights:
             self._class_weights = class_weights(datamodule.class_weights(), self.hparams.class_weights)
 
@@ -167,6 +182,8 @@ class SegmentationTask(BaseTask):
             drop_path_rate=h.drop_path_rate,
             dropout=h.dropout,
             **({"spectral_mlp": h.spectral_mlp} if h.get("spectral_mlp") else {}),
+            **({"fusion": h.fusion, "sensors": h.get("sensors"),
+                **({"fusion_width": h.fusion_width} if h.get("fusion_width") else {})} if h.get("fusion") else {}),
             **(h.get("backbone_kwargs") or {}),
         )
 
@@ -236,6 +253,8 @@ class SegmentationTask(BaseTask):
             folder = os.path.join(self.trainer.default_root_dir, ADAPTERS_DIR, name)
             model_args = {k: self.hparams.get(k) for k in ("backbone", "backbone_kwargs", "in_chans", "num_classes",
                                                            "img_size", "decoder_channels", "weights", "task")}
+            if self.hparams.get("fusion"):
+                model_args.update({k: self.hparams.get(k) for k in ("fusion", "sensors", "fusion_width")})
             save_adapter(self.model, folder, name=name, contract=self.contract, model_args=model_args,
                          write=self.trainer.is_global_zero)
 
