@@ -99,8 +99,9 @@ def check_one_sensor(scenes: list[Scene]) -> None:
             radar, other = (scene, first) if scene.sensor == "sentinel-1" else (first, scene)
             raise InputError(
                 f"scene {radar.id!r} holds Sentinel-1 radar bands ({', '.join(radar.band_names)}) but {other.id!r} "
-                f"holds {get_sensor(other.sensor).title} bands: one store holds one sensor today, so ingest (or "
-                f"predict) them separately; radar backscatter cannot be mapped onto another sensor's bands"
+                f"holds {get_sensor(other.sensor).title} bands and they could not be opened as two sensors: give them "
+                f"without --bands (each sensor's usual bands), or ingest them separately; radar backscatter cannot be "
+                f"mapped onto another sensor's bands"
             )
         if scene.sensor != first.sensor:
             raise InputError(
