@@ -47,7 +47,7 @@ from eoscale.ingest.series import (
 from eoscale.ingest.series_writer import write_series_shard
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.static import add_static_layers, static_parameters
-from eoscale.ingest.stats import statistics_from_histograms
+from eoscale.ingest.stats import borrowed_statistics, statistics_from_histograms
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
 from eoscale.raster.reader import SceneReader
@@ -125,11 +125,14 @@ def ingest(
     static: str | list[str] | None = None,
     static_layers: tuple[str, ...] = ("ELEVATION", "SLOPE", "ASPECT"),
     dem_datum: str | None = None,
+    statistics_from: str | None = None,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
     into a tile store at `output`. See the module docstring. With `time_series` (or `dates_csv`, `max_dates`,
     `composite`), dated scenes of the same places become tiles with a time step a date or composite interval
-    (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`)."""
+    (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`).
+    With `statistics_from` (a checkpoint or a tile store of the same bands), the store is normalised with its mean and
+    std, not its own: a store of new labels to fine-tune that checkpoint on."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
@@ -180,6 +183,12 @@ def ingest(
         parameters["time_series"] = {"group_by": group_by, "max_dates": max_dates, "composite": interval,
                                      "dates_csv": os.path.abspath(dates_csv) if dates_csv else None,
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
+    if statistics_from is not None:  # likewise
+        if static:
+            raise InputError("--statistics-from with --static: the DEM's layers have no statistics in the other "
+                             "store; ingest without one of them")
+        parameters["statistics_from"] = {"source": os.path.abspath(statistics_from),
+                                         **borrowed_statistics(statistics_from, list(scene_list[0].band_names))}
     if static:  # likewise: the DEM checked (datum, cover) before anything is written
         parameters["static"] = static_parameters(static, scene_list, layers=tuple(static_layers), accept_datum=dem_datum)
     label_paths = [r.path for r in label_rasters]
@@ -299,7 +308,8 @@ def ingest(
 
     gathered = gather_markers(progress_dir, plan)
     finalize(store, progress_dir, gathered, {
-        schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
+        schema.ATTR_STATISTICS: {**statistics_from_histograms(gathered["histograms"]),
+                                 **{k: v for k, v in parameters.get("statistics_from", {}).items() if k != "source"}},
         schema.ATTR_MASKED: masked_pixels(grids, gathered["masked"], plan, steps=steps),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
         schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths[:len(target_rasters)],

@@ -16,7 +16,7 @@ import xarray as xr
 from eoscale.store import schema
 from eoscale.classes import IGNORE_INDEX
 from eoscale.cli import main
-from tests.checkpoints import make_checkpoint
+from tests.checkpoints import MEAN, STD, make_checkpoint
 from tests.maps.maps import NODATA, TABLE, blocky_codes, truth_of, write_map
 from tests.maps.test_sample_uncertainty import write_float
 from tests.rasters import CLASSES_CSV, write_scene
@@ -120,10 +120,14 @@ def test_ingest_ignores_all_but_the_points_and_a_fit_fine_tunes_on_them(tmp_path
     assert main(["label", str(folder / "s.csv"), "--training-raster", str(tmp_path / "train.tif"), "--radius", "1"]) == 0
     labels, grid = read(tmp_path / "train.tif")
     store = tmp_path / "sparse.zarr"
+    checkpoint = make_checkpoint(tmp_path / "start.ckpt")
+    # normalised as the checkpoint's store was (fine-tuning refuses other statistics), not with the scene's own
     assert main(["ingest", "--scenes", str(folder / "scene.tif"), "--labels", str(tmp_path / "train.tif"),
                  "--classes", str(folder / "classes.csv"), "--output", str(store), "--tile-size", "32",
-                 "--workers", "1", "--quiet"]) == 0
+                 "--workers", "1", "--quiet", "--statistics-from", str(checkpoint)]) == 0
     ds = xr.open_zarr(store)
+    np.testing.assert_allclose(ds.attrs[schema.ATTR_STATISTICS]["mean"], MEAN)
+    np.testing.assert_allclose(ds.attrs[schema.ATTR_STATISTICS]["std"], STD)
     lut = {int(c["code"]): i for i, c in enumerate(ds.attrs[schema.ATTR_CLASSES])}
     assert ds.sizes["tile"] == 6 * 7 - 2  # tiles are kept by the image's validity (two under its nodata corner)
     seen = 0
@@ -138,10 +142,9 @@ def test_ingest_ignores_all_but_the_points_and_a_fit_fine_tunes_on_them(tmp_path
         np.testing.assert_array_equal(ds[schema.LABELS][t].values, want)
         seen += int((want != IGNORE_INDEX).sum())
     assert 0 < seen <= int((labels != grid["nodata"]).sum())
-    checkpoint = tmp_path / "start.ckpt"
     code = main(["fit", "--config", SMOKE, "--data.init_args.store", str(store), "--data.init_args.batch_size", "4",
                  "--model.init_args.backbone", "test_resnet", "--model.init_args.decoder_channels", "8",
-                 "--model.init_args.finetune_from", str(make_checkpoint(checkpoint)), "--trainer.max_steps", "3",
+                 "--model.init_args.finetune_from", str(checkpoint), "--trainer.max_steps", "3",
                  "--trainer.val_check_interval", "3", "--trainer.default_root_dir", str(tmp_path / "fit"),
                  "--trainer.logger", "false", "--checkpoint.dirpath", str(tmp_path / "fit" / "checkpoints")])
     assert code == 0
