@@ -13,11 +13,11 @@ import rasterio
 import torch
 import xarray as xr
 
-from eoscale.store import schema
 from eoscale.classes import IGNORE_INDEX
 from eoscale.cli import main
+from eoscale.store import schema
 from tests.checkpoints import MEAN, STD, make_checkpoint
-from tests.maps.maps import NODATA, TABLE, blocky_codes, truth_of, write_map
+from tests.maps.maps import blocky_codes, truth_of, write_map
 from tests.maps.test_sample_uncertainty import write_float
 from tests.rasters import CLASSES_CSV, write_scene
 
