@@ -185,7 +185,7 @@ def ingest(
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
     if statistics_from is not None:  # likewise
         if static:
-            raise InputError("--statistics-from with --static: the DEM's layers have no statistics in the other "
+            raise InputError("--statistics-from with --static: the DEM's layers have no statistics in the checkpoint or "
                              "store; ingest without one of them")
         parameters["statistics_from"] = {"source": os.path.abspath(statistics_from),
                                          **borrowed_statistics(statistics_from, list(scene_list[0].band_names))}
