@@ -25,7 +25,8 @@ pytestmark = pytest.mark.slow
 # minutes); the test trains SHORT's steps, validating on VAL_BATCHES batches: every command, file and MLflow record
 # is the same, only the model learns less. Suite time is what this buys (issue 13: the whole suite within 20
 # minutes on 2 cores): 30 steps took the quick start to 45 s here (the MAE + LoRA one it replaced: 61 s).
-SHORT = {"fit.yaml": {"max_steps": 30, "batch_size": 16, "warmup_steps": 5}}
+SHORT = {"fit.yaml": {"max_steps": 30, "batch_size": 16, "warmup_steps": 5},
+         "finetune.yaml": {"max_steps": 6, "batch_size": 16, "warmup_steps": 2}}  # pipelines/active-learning.yaml's
 VAL_BATCHES = 2
 
 
@@ -141,3 +142,31 @@ def test_notebooks_on_the_quickstart(path, quickstart, kernel, tmp_path, monkeyp
     outputs = run_notebook(path, {k: v for k, v in env.items() if v}, kernel, notebooks, monkeypatch)
     if path.stem.startswith("02"):
         assert "quickstart-resnet18" in str(outputs)
+
+
+def test_the_active_learning_pipeline_fine_tunes_on_the_labelling_points(quickstart):
+    """pipelines/active-learning.yaml after the quick start (last: it adds runs to the quick start's MLflow store):
+    the training raster holds the labelling points only, the fine-tuned model maps the scene, both maps assessed."""
+    import json
+
+    import numpy as np
+    import pandas as pd
+    import rasterio
+
+    out, _ = quickstart
+    work = out.parents[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "SLURM_"))}
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "eoscale"), "pipeline", "run", "pipelines/active-learning.yaml"],
+                          cwd=work, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=1200)
+    assert done.returncode == 0, done.stdout[-4000:]
+    active = work / "runs" / "active"
+    points = pd.read_csv(active / "round0" / "sample.csv")
+    with rasterio.open(active / "round0" / "labels.tif") as src:
+        labels, nodata = src.read(1), src.nodata
+    mine, others = points[points["set"] == "labelling"], points[points["set"] == "assessment"]
+    np.testing.assert_array_equal(labels[mine["row"], mine["col"]], mine["reference"])
+    assert (labels[others["row"], others["col"]] == nodata).all()
+    assert (active / "round1" / "fit" / "checkpoints" / "last.ckpt").is_file()
+    for round_ in ("round0", "round1"):
+        census = json.loads((active / round_ / "census" / "assessment.json").read_text())
+        assert census["kind"] == "census" and 0.0 < census["overall_accuracy"]["estimate"] <= 1.0

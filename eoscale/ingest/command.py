@@ -100,6 +100,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-block", type=int, default=4,
                         help="edge of a split block in tiles: neighbouring tiles share a split (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split (default: %(default)s)")
+    parser.add_argument("--statistics-from", metavar="CKPT|STORE",
+                        help="normalise with the per-band mean and std of this checkpoint (its band contract's) or "
+                             "tile store instead of this store's own: a store of new labels to fine-tune that "
+                             "checkpoint on (same bands)")
     parser.add_argument("--codec", choices=CODECS, default="blosc-zstd", help="compression (default: %(default)s)")
     parser.add_argument("--level", type=int, help="compression level (default: the codec's)")
     parser.add_argument("--workers", type=int, help="local Dask worker processes (default: one per core)")
@@ -173,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
             time_series=args.time_series, dates_csv=args.dates_csv, group_by=args.group_by, max_dates=args.max_dates,
             composite=args.composite, reference_sensor=args.reference_sensor,
+            statistics_from=args.statistics_from,
             **({"static": args.static, "static_layers": parse_layers(args.static_layers), "dem_datum": args.dem_datum}
                if args.static else {}),
         )

@@ -48,7 +48,7 @@ from eoscale.ingest.series import (
 from eoscale.ingest.series_writer import write_series_shard
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.static import add_static_layers, static_parameters
-from eoscale.ingest.stats import statistics_from_histograms
+from eoscale.ingest.stats import borrowed_statistics, statistics_from_histograms
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
 from eoscale.raster.fused import sensors_record
@@ -128,12 +128,15 @@ def ingest(
     static_layers: tuple[str, ...] = ("ELEVATION", "SLOPE", "ASPECT"),
     dem_datum: str | None = None,
     reference_sensor: str | None = None,
+    statistics_from: str | None = None,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
     into a tile store at `output`. See the module docstring. With `time_series` (or `dates_csv`, `max_dates`,
     `composite`), dated scenes of the same places become tiles with a time step a date or composite interval
     (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`).
-    Scenes of several sensors become one store of the `reference_sensor`'s grids (`eoscale.ingest.fused`)."""
+    Scenes of several sensors become one store of the `reference_sensor`'s grids (`eoscale.ingest.fused`).
+    With `statistics_from` (a checkpoint or a tile store of the same bands), the store is normalised with its mean and
+    std, not its own: a store of new labels to fine-tune that checkpoint on."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
@@ -195,6 +198,12 @@ def ingest(
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
     if fusion is not None:  # likewise: a store of one sensor keeps its fingerprint
         parameters["sensors"] = fusion[1]
+    if statistics_from is not None:  # likewise
+        if static:
+            raise InputError("--statistics-from with --static: the DEM's layers have no statistics in the checkpoint or "
+                             "store; ingest without one of them")
+        parameters["statistics_from"] = {"source": os.path.abspath(statistics_from),
+                                         **borrowed_statistics(statistics_from, _all_bands(scene_list, fusion))}
     if static:  # likewise: the DEM checked (datum, cover) before anything is written
         parameters["static"] = static_parameters(static, scene_list, layers=tuple(static_layers), accept_datum=dem_datum)
     label_paths = [r.path for r in label_rasters]
@@ -317,7 +326,8 @@ def ingest(
 
     gathered = gather_markers(progress_dir, plan)
     finalize(store, progress_dir, gathered, {
-        schema.ATTR_STATISTICS: statistics_from_histograms(gathered["histograms"]),
+        schema.ATTR_STATISTICS: {**statistics_from_histograms(gathered["histograms"]),
+                                 **{k: v for k, v in parameters.get("statistics_from", {}).items() if k != "source"}},
         schema.ATTR_MASKED: masked_pixels(grids, gathered["masked"], plan, steps=steps),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
         schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths[:len(target_rasters)],
@@ -440,6 +450,15 @@ def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dic
         schema.ATTR_INGEST: {**{k: v for k, v in parameters.items() if k != "classes"}, "eoscale_version": __version__,
                              "fingerprint": fingerprint},
     }
+
+
+def _all_bands(scenes: list[Scene], fusion) -> list[str]:
+    """The store's bands before the other sensors' are added: the first scene's, then its paired scenes' (several
+    sensors, `eoscale.ingest.fused`)."""
+    bands = list(scenes[0].band_names)
+    if fusion is not None:
+        bands += [b for pick in fusion[0][0].values() for b in pick[0].band_names]
+    return bands
 
 
 def _platform(scene: Scene, sensor: str) -> str | None:

@@ -50,3 +50,34 @@ def statistics_from_histograms(histograms: np.ndarray) -> dict[str, list[float]]
             stats[key].append(float(np.searchsorted(cumulative, q / 100.0, side="left")))
         stats["valid_pixels"].append(float(total))
     return stats
+
+
+
+def borrowed_statistics(source: str, bands: list[str]) -> dict[str, list[float]]:
+    """The normalisation statistics (per-band mean and std) of `source`, an eoscale checkpoint (its band contract's)
+    or a tile store, for a store of the same `bands` that is to be normalised as it was: a store of new labels to
+    fine-tune that checkpoint on (fine-tuning refuses a store of other statistics than the checkpoint's)."""
+    from pathlib import Path
+
+    from eoscale.errors import InputError
+    from eoscale.store import schema
+
+    if Path(source).suffix == ".ckpt":
+        from eoscale.contract import CONTRACT_KEY, BandContract, load_checkpoint
+
+        checkpoint = load_checkpoint(source)
+        if CONTRACT_KEY not in checkpoint:
+            raise InputError(f"--statistics-from {source!r} is a checkpoint without a band contract: give the tile "
+                             "store it was trained on")
+        contract = BandContract.from_dict(checkpoint[CONTRACT_KEY])
+        theirs, mean, std = list(contract.bands), list(contract.mean), list(contract.std)
+    else:
+        from eoscale.store.open import read_store_attrs
+
+        attrs = read_store_attrs(source)
+        theirs, stats = list(attrs[schema.ATTR_BANDS]), attrs[schema.ATTR_STATISTICS]
+        mean, std = stats["mean"], stats["std"]
+    if theirs != list(bands):
+        raise InputError(f"--statistics-from {source!r} has bands {theirs}, these scenes {list(bands)}: give a "
+                         "checkpoint or store of the same bands, in the same order")
+    return {"mean": [float(v) for v in mean], "std": [float(v) for v in std]}

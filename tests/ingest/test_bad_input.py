@@ -164,3 +164,19 @@ def test_readers_refuse_an_unfinished_store(scene, tmp_path, capsys):
     assert "not finished" in (err.out + err.err) and "eoscale ingest" in (err.out + err.err)
     shutil.rmtree(tmp_path / "s.zarr.partial")
     assert np.isfinite(rasterio.open(scene).read(1).mean())
+
+
+def test_statistics_from_another_band_set_or_a_checkpoint_without_contract(capsys, tmp_path, scene):
+    import torch
+
+    from tests.checkpoints import make_checkpoint
+
+    out = tmp_path / "out.zarr"
+    three = make_checkpoint(tmp_path / "three.ckpt", bands=("B02", "B03", "B04"))
+    code, err = ingest(capsys, out, [scene], None, "--statistics-from", str(three))
+    assert_one_line_error(code, err, "three.ckpt", "has bands ['B02', 'B03', 'B04']", "same bands")
+    assert_no_store(out)
+    torch.save({"state_dict": {}}, tmp_path / "bare.ckpt")
+    code, err = ingest(capsys, out, [scene], None, "--statistics-from", str(tmp_path / "bare.ckpt"))
+    assert_one_line_error(code, err, "bare.ckpt", "without a band contract")
+    assert_no_store(out)

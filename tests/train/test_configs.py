@@ -16,9 +16,11 @@ MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if p not in OPTIONS)
 # instantiated here, not fast-dev-run (issue 17: "the large configs are parse-tested")
 LARGE_CONFIGS = {CONFIGS / "vit_l16_seg.yaml", CONFIGS / "mae_vit_h14_pretrain.yaml"}
 FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
-# overlays of one config each: the quick start's recipe (pipelines/quickstart.yaml) and the season pipeline's
-# U-TAE (pipelines/season.yaml; fitted on a store of dates in tests/test_season_pipeline.py)
+# overlays of one config each: the quick start's recipe (pipelines/quickstart.yaml), its fine-tuning on a sample's
+# labelling points (pipelines/active-learning.yaml) and the season pipeline's U-TAE (pipelines/season.yaml; fitted on
+# a store of dates in tests/test_season_pipeline.py)
 OVERLAYS = {CONFIGS / "quickstart" / "fit.yaml": CONFIGS / "resnet18_seg.yaml",
+            CONFIGS / "quickstart" / "finetune.yaml": CONFIGS / "resnet18_seg.yaml",
             CONFIGS / "quickstart" / "season.yaml": CONFIGS / "temporal_utae.yaml"}
 
 
@@ -66,6 +68,11 @@ def test_overlay_parses_on_its_config(overlay: Path, store: Path, tmp_path: Path
         assert (hparams.backbone, hparams.weights, hparams.loss, hparams.class_weights, hparams.spectral_mlp) == (
             "resnet18", None, "ce", False, 0)
         assert cli.datamodule.batch_size == 16 and cli.trainer.max_steps == 600
+    if overlay.name == "finetune.yaml":  # the quick start's network, so that its checkpoint's weights fit
+        fit = yaml.safe_load((CONFIGS / "quickstart" / "fit.yaml").read_text())["model"]["init_args"]
+        network = {k: v for k, v in fit.items() if k not in ("lr", "warmup_steps")}
+        assert {k: recipe["model"]["init_args"][k] for k in network} == network
+        assert cli.model.hparams.finetune_from == "runs/quickstart/fit/checkpoints/last.ckpt"
 
 
 @pytest.mark.parametrize("fragment", [None, *FRAGMENTS], ids=lambda p: p.stem if p else "single")

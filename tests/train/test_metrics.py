@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 from eoscale.classes import IGNORE_INDEX
 from eoscale.errors import InputError
-from eoscale.train.task import SegmentationTask, dice_loss, warmup_cosine
+from eoscale.train.task import SegmentationLoss, SegmentationTask, dice_loss, warmup_cosine
 
 K = 3
 
@@ -103,6 +103,23 @@ def test_dice_ignores_ignored_pixels():
     perfect = torch.nn.functional.one_hot(target.clamp(max=1), 2).permute(0, 3, 1, 2).float() * 50
     perfect[0, :, 1, 0] = torch.tensor([-50.0, 50.0])  # wrong where the label is ignored: no effect
     assert dice_loss(perfect, target).item() == pytest.approx(0.0, abs=1e-3)
+
+
+def test_the_loss_is_cross_entropys_mean_and_0_on_a_batch_without_labels():
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, K, 8, 8, generator=g, requires_grad=True)
+    target = torch.randint(0, K, (2, 8, 8), generator=g)
+    target[:, :5] = IGNORE_INDEX
+    weights = torch.tensor([0.5, 1.0, 2.0])
+    for w in (None, weights):
+        want = torch.nn.functional.cross_entropy(logits, target, weight=w, ignore_index=IGNORE_INDEX)
+        torch.testing.assert_close(SegmentationLoss(w)(logits, target), want)
+    # sparse labels (a sample's points) leave some batches without a labelled pixel: 0 and no gradient, not NaN
+    for w in (None, weights):
+        loss = SegmentationLoss(w, dice_weight=1.0)(logits, torch.full_like(target, IGNORE_INDEX))
+        loss.backward()
+        assert loss.item() == 0.0 and logits.grad is not None and not logits.grad.any()
+        logits.grad = None
 
 
 def test_bad_loss_name():

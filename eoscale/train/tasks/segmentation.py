@@ -355,7 +355,16 @@ class SegmentationLoss(nn.Module):
 
     def forward(self, logits: Tensor, target: Tensor) -> Tensor:
         weight = None if self.class_weights is None else self.class_weights.to(logits.dtype)
-        loss = F.cross_entropy(logits, target, weight=weight, ignore_index=IGNORE_INDEX)
+        # cross-entropy's mean over the labelled pixels, as a sum over a count clamped away from 0: a batch of sparse
+        # labels (a sample's points, `eoscale label --training-raster`) may hold none, and the built-in mean is then
+        # 0/0 = NaN (in the logged loss and in val_loss's mean); this is 0, with no host sync to check for it
+        total = F.cross_entropy(logits, target, weight=weight, ignore_index=IGNORE_INDEX, reduction="sum")
+        valid = target != IGNORE_INDEX
+        if weight is None:
+            count = valid.sum().to(total.dtype)
+        else:
+            count = (weight[target.masked_fill(~valid, 0)] * valid).sum().to(total.dtype)
+        loss = total / count.clamp(min=torch.finfo(total.dtype).tiny)
         if self.dice_weight:
             loss = loss + self.dice_weight * dice_loss(logits, target)
         return loss
