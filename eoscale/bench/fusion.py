@@ -232,6 +232,7 @@ def run(args: argparse.Namespace) -> int:
             names = ClassTable.from_records(attrs[schema.ATTR_CLASSES]).names
             n = len(names)
             batches = val_batches(store, batch_size=recipe["batch_size"], workers=args.workers)
+            optical_bands = _group_bands(store, OPTICAL)
             labelled = sum(int((b["label"] != IGNORE_INDEX).sum()) for b in batches)
             seen = sum(int(((b["label"] != IGNORE_INDEX) & b["clear"]).sum()) for b in batches)
             row: dict = {"cover": cover, "val_pixels": labelled, "optical_clear_share": seen / max(labelled, 1),
@@ -244,8 +245,7 @@ def run(args: argparse.Namespace) -> int:
                 result = {"fit_seconds": round(seconds, 1), "steps": int(task.global_step),
                           **{part: scores(m, names) for part, m in matrices.items()}}
                 if arm == "s1+s2":  # the same network on the val tiles without any optical data
-                    full_bands = [read_store_attrs(store)[schema.ATTR_BANDS][i] for i in index]
-                    optical = [k for k, b in enumerate(full_bands) if b in _group_bands(store, OPTICAL)]
+                    optical = [k for k, i in enumerate(index) if attrs[schema.ATTR_BANDS][i] in optical_bands]
                     result["without_optical"] = scores(evaluate(task, index, batches, n, drop=optical)["all"], names)
                 row["arms"][arm] = result
                 print(f"  {arm:>6}: val mIoU {result['all']['miou']:.3f} (clear {_fmt(result['clear'])}, cloudy "
