@@ -164,8 +164,12 @@ def test_the_active_learning_pipeline_fine_tunes_on_the_labelling_points(quickst
     with rasterio.open(active / "round0" / "labels.tif") as src:
         labels, nodata = src.read(1), src.nodata
     mine, others = points[points["set"] == "labelling"], points[points["set"] == "assessment"]
-    np.testing.assert_array_equal(labels[mine["row"], mine["col"]], mine["reference"])
+    # no assessment point carries a training label (the map fine-tuned on it is assessed there), whatever the
+    # machine's numerics put where; every labelling point on a pixel of its own carries its reference
     assert (labels[others["row"], others["col"]] == nodata).all()
+    own = ~mine.set_index(["row", "col"]).index.isin(others.set_index(["row", "col"]).index)
+    assert own.sum() > 0.9 * len(mine)
+    np.testing.assert_array_equal(labels[mine["row"][own], mine["col"][own]], mine["reference"][own])
     assert (active / "round1" / "fit" / "checkpoints" / "last.ckpt").is_file()
     for round_ in ("round0", "round1"):
         census = json.loads((active / round_ / "census" / "assessment.json").read_text())

@@ -56,7 +56,9 @@ def run(args: argparse.Namespace) -> int:
         made = write_training_raster(args.sample, args.training_raster, radius=args.radius, overwrite=args.overwrite)
         print(f"training raster {str(made.path)!r}: {made.points} labelling points, {made.pixels} labelled pixels "
               f"(radius {args.radius}), nodata elsewhere"
-              + (f"; {made.unlabelled} labelling points without a reference left out" if made.unlabelled else ""))
+              + (f"; {made.unlabelled} labelling points without a reference left out" if made.unlabelled else "")
+              + (f"; {made.withheld} pixels left nodata because assessment points lie on them (a map is never "
+                 "assessed on its training labels)" if made.withheld else ""))
     return 0
 
 

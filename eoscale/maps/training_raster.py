@@ -7,7 +7,10 @@ Only the points of the set `labelling` (chosen by uncertainty) are written; the 
 sample) never are: once a model has trained on them they no longer estimate its accuracy. Each labelled point gives
 its pixel its `reference` code, and with `radius` R every pixel within R pixels of it (a disc: the patch a labeller
 sees as one class around the point; where two discs meet, the more uncertain point's wins, and a point's own pixel
-always keeps its own code). Every other pixel is nodata, which `eoscale ingest --labels` stores as the ignore index,
+always keeps its own code). **No assessment point's pixel is ever labelled**: a disc (or a labelling point drawn on
+the same pixel) that reaches one leaves that pixel nodata, so the next map is never assessed on a pixel it trained on
+(its neighbours still may be: spatial autocorrelation, which a radius of 0 keeps to the labelling pixels alone).
+Every other pixel is nodata, which `eoscale ingest --labels` stores as the ignore index,
 so the loss sees only the labelled pixels. The grid (CRS, transform, size) is the map's, from the sample's design.
 """
 
@@ -29,12 +32,14 @@ from eoscale.maps.samplefile import LABELLING, REFERENCE, SET, design_of, read_d
 
 @dataclass(frozen=True)
 class TrainingRaster:
-    """What was written: the raster, its labelled points and pixels, and labelling points left out (no reference)."""
+    """What was written: the raster, its labelled points and pixels, labelling points left out (no reference), and
+    the pixels left nodata because an assessment point lies on them."""
 
     path: Path
     points: int
     pixels: int
     unlabelled: int
+    withheld: int = 0
 
 
 def check_output(out: Path, *, overwrite: bool) -> None:
@@ -60,6 +65,26 @@ def check_sample(sample: Path) -> None:
 def labelling_points(sample: Path) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray, int]:
     """The design of `sample`, and the map pixel (rows, cols) and code of each labelled labelling point, most
     uncertain first; the count of labelling points without a reference. Refusals in one line."""
+    record, table, xy_crs = _labelled_sample(sample)
+    table = table[table[SET] == LABELLING].reset_index(drop=True)
+    return _labelling(sample, record, table, xy_crs)
+
+
+def assessment_pixels(sample: Path) -> tuple[np.ndarray, np.ndarray]:
+    """The map pixel (rows, cols) of every point of `sample` that is not a labelling point: the probability sample
+    the maps are assessed on, which training labels must never cover."""
+    record, table, xy_crs = _labelled_sample(sample)
+    table = table[table[SET] != LABELLING].reset_index(drop=True)
+    if not len(table):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    grid = record["map"]
+    rows, cols = _rowcol(sample, record, table, xy_crs)
+    on = (rows >= 0) & (rows < grid["height"]) & (cols >= 0) & (cols < grid["width"])
+    return rows[on], cols[on]
+
+
+def _labelled_sample(sample: Path):
+    """The design record, the whole table and the CRS of its coordinates; refusals in one line."""
     design_path = design_of(sample)
     if not design_path.is_file():
         raise InputNotFoundError(f"no design file {str(design_path)!r} beside {str(sample)!r}: the training raster is "
@@ -67,7 +92,10 @@ def labelling_points(sample: Path) -> tuple[dict, np.ndarray, np.ndarray, np.nda
     record = read_design(design_path)
     check_sample(sample)
     table, xy_crs = _read_points(sample, record)
-    table = table[table[SET] == LABELLING].reset_index(drop=True)
+    return record, table, xy_crs
+
+
+def _labelling(sample: Path, record: dict, table, xy_crs: str):
     raw = [str(v).strip() if v is not None else "" for v in table.get(REFERENCE, [""] * len(table))]
     filled = np.array([v not in ("", "nan", "None", "<NA>") for v in raw])
     if not filled.any():
@@ -87,15 +115,21 @@ def labelling_points(sample: Path) -> tuple[dict, np.ndarray, np.ndarray, np.nda
     return record, rows, cols, codes, int((~filled).sum())
 
 
-def _pixels(sample: Path, record: dict, table, xy_crs: str) -> tuple[np.ndarray, np.ndarray]:
-    """Each point's pixel on the map's grid; points off it refused."""
+def _rowcol(sample: Path, record: dict, table, xy_crs: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's pixel (row, col) on the map's grid, off it or not."""
     from pyproj import Transformer
 
     grid = record["map"]
     x, y = _points_xy(sample, table, xy_crs)
     mx, my = Transformer.from_crs(xy_crs, grid["crs"], always_xy=True).transform(x, y)
     rows, cols = rasterio.transform.rowcol(Affine(*grid["transform"]), np.asarray(mx), np.asarray(my))
-    rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+    return np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+
+
+def _pixels(sample: Path, record: dict, table, xy_crs: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each point's pixel on the map's grid; points off it refused."""
+    grid = record["map"]
+    rows, cols = _rowcol(sample, record, table, xy_crs)
     off = (rows < 0) | (rows >= grid["height"]) | (cols < 0) | (cols >= grid["width"])
     if off.any():
         raise InputError(f"{int(off.sum())} labelling points of {str(sample)!r} fall outside the map's grid: remove "
@@ -140,6 +174,10 @@ def write_training_raster(sample: str | Path, out: str | Path, *, radius: int = 
         on = (rr >= 0) & (rr < height) & (cc >= 0) & (cc < width)
         labels[rr[on], cc[on]] = code
     labels[rows, cols] = codes  # a point's own pixel keeps its own label, whatever disc covers it
+    # ... unless an assessment point lies on it: a pixel the next map is assessed on is never a training label
+    held_rows, held_cols = assessment_pixels(sample)
+    withheld = int((labels[held_rows, held_cols] != nodata).sum()) if held_rows.size else 0
+    labels[held_rows, held_cols] = nodata
     profile = {"driver": "GTiff", "width": width, "height": height, "count": 1, "dtype": dtype, "nodata": nodata,
                "crs": grid["crs"], "transform": Affine(*grid["transform"]), "compress": "deflate", "tiled": True,
                "blockxsize": 256, "blockysize": 256}
@@ -154,4 +192,4 @@ def write_training_raster(sample: str | Path, out: str | Path, *, radius: int = 
         os.replace(target, out)
     finally:
         target.unlink(missing_ok=True)
-    return TrainingRaster(out, len(codes), int((labels != nodata).sum()), unlabelled)
+    return TrainingRaster(out, len(codes), int((labels != nodata).sum()), unlabelled, withheld)

@@ -70,7 +70,8 @@ def test_a_radius_labels_a_disc_around_each_point(tmp_path, labelled):
     assert main(["label", str(folder / "s.gpkg"), "--training-raster", str(tmp_path / "train.tif"),
                  "--radius", "2"]) == 0
     labels, grid = read(tmp_path / "train.tif")
-    mine = pd.read_csv(folder / "s.csv").query("set == 'labelling'")
+    points = pd.read_csv(folder / "s.csv")
+    mine, others = points.query("set == 'labelling'"), points.query("set == 'assessment'")
     r, c = mine["row"].to_numpy(), mine["col"].to_numpy()
     np.testing.assert_array_equal(labels[r, c], truth[r, c])
     written = labels != grid["nodata"]
@@ -78,9 +79,46 @@ def test_a_radius_labels_a_disc_around_each_point(tmp_path, labelled):
     rows, cols = np.mgrid[:HEIGHT, :WIDTH]
     for pr, pc in zip(r, c, strict=True):
         near |= (rows - pr) ** 2 + (cols - pc) ** 2 <= 4
-    np.testing.assert_array_equal(written, near)  # 13-pixel discs (fewer where they meet or leave the map), nothing else
-    first = (rows - r[0]) ** 2 + (cols - c[0]) ** 2 <= 4  # the most uncertain point's disc is all its own code
+    assessed = np.zeros_like(written)
+    assessed[others["row"], others["col"]] = True
+    assert (near & assessed).any()  # this sample has an assessment point inside a disc: it stays nodata
+    # 13-pixel discs (fewer where they meet or leave the map) less the assessment points' pixels, nothing else
+    np.testing.assert_array_equal(written, near & ~assessed)
+    first = ((rows - r[0]) ** 2 + (cols - c[0]) ** 2 <= 4) & ~assessed  # the most uncertain point's disc: its code
     assert (labels[first] == truth[r[0], c[0]]).all()
+
+
+def test_no_assessment_point_is_ever_labelled_even_under_a_labelling_disc(tmp_path, labelled, capsys):
+    """The layout that biased the quick start's second assessment (issue 45): assessment points on a labelling
+    point's own pixel and inside its disc. The map fine-tuned on the raster is assessed on those points, so none of
+    them may carry a training label; the labelling points elsewhere keep theirs."""
+    folder, codes, truth = labelled
+    points = pd.read_csv(folder / "s.csv")
+    mine = points.index[points["set"] == "labelling"]
+    others = points.index[points["set"] == "assessment"]
+    moved = {others[0]: (mine[0], 0), others[1]: (mine[1], 1), others[2]: (mine[2], -2)}  # same pixel, 1 and 2 px off
+    for target, (source, dcol) in moved.items():
+        points.loc[target, ["x", "y", "row"]] = points.loc[source, ["x", "y", "row"]]
+        points.loc[target, "x"] += 10.0 * dcol  # the map's 10 m pixels
+        points.loc[target, "col"] = points.loc[source, "col"] + dcol
+    points.to_csv(tmp_path / "s.csv", index=False)
+    (tmp_path / "s_design.json").write_bytes((folder / "s_design.json").read_bytes())
+    assert main(["label", str(tmp_path / "s.csv"), "--training-raster", str(tmp_path / "train.tif"),
+                 "--radius", "2"]) == 0
+    labels, grid = read(tmp_path / "train.tif")
+    assessed = points.loc[others]
+    rows, cols = np.mgrid[:HEIGHT, :WIDTH]
+    near = np.zeros((HEIGHT, WIDTH), bool)
+    for pr, pc in zip(points.loc[mine, "row"], points.loc[mine, "col"], strict=True):
+        near |= (rows - pr) ** 2 + (cols - pc) ** 2 <= 4
+    covered = len({(r, c) for r, c in zip(assessed["row"], assessed["col"], strict=True) if near[r, c]})
+    assert covered >= 3  # the three moved points, and any the sample put near a labelling point itself
+    assert f"{covered} pixels left nodata because assessment points lie on them" in capsys.readouterr().out
+    assert (labels[assessed["row"], assessed["col"]] == grid["nodata"]).all()
+    kept = points.loc[mine[1:]]  # the first labelling point shares its pixel with an assessment point: withheld
+    np.testing.assert_array_equal(labels[kept["row"], kept["col"]], truth[kept["row"], kept["col"]])
+    r, c = int(points.loc[mine[1], "row"]), int(points.loc[mine[1], "col"])
+    assert labels[r, c - 1] == truth[r, c] and labels[r - 1, c + 1] == truth[r, c]  # the rest of its disc stays
 
 
 def test_bad_requests_are_refused_in_one_line_with_nothing_written(tmp_path, labelled, capsys):
