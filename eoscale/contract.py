@@ -314,7 +314,10 @@ def model_spec(checkpoint: Mapping[str, Any], path: str | Path) -> dict[str, Any
     for name in ("in_chans", "num_classes"):
         if spec["args"].get(name) is None:
             raise InputError(f"checkpoint {str(path)!r} does not say its model's {name}: it was not written by 'eoscale fit'")
-    return {"args": dict(spec["args"]), "finetune": spec.get("finetune") or "full", "lora": spec.get("lora")}
+    args = dict(spec["args"])
+    if args.get("architecture") == "utae":  # U-TAEs fitted before the encoding was recorded: days since first valid
+        args.setdefault("date_encoding", "first_valid")
+    return {"args": args, "finetune": spec.get("finetune") or "full", "lora": spec.get("lora")}
 
 
 def checkpoint_lineage(checkpoint: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,10 @@ the loader dropped, padding):
   decoder.
 
 `dates` are days since 1970-01-01 (int64, `eoscale.data.stream.NO_DATE` where unknown): `date_coords` makes
-Prithvi's (year, day of year) of them, L-TAE takes the day of the season (days since the first valid date).
+Prithvi's (year, day of year) of them; L-TAE's positions are each date's day of the year (`date_encoding=
+"day_of_year"`), the same for a date whatever else a tile holds. Checkpoints written before took the days since each
+tile's first valid date (`"first_valid"`, which `eoscale.contract.model_spec` infers for them): a cloudy first date
+shifted every position of that tile, and a place's windows at predict disagreed with each other.
 A 4-D batch (B, C, H, W) runs as one date.
 """
 
@@ -37,6 +40,7 @@ from eoscale.models.ltae import LTAE, grouped_attention
 from eoscale.models.temporal_vit import TemporalViT, load_prithvi_state
 
 ARCHITECTURES = ("utae", "temporal_vit")
+DATE_ENCODINGS = ("day_of_year", "first_valid")  # L-TAE's positions; "first_valid" only for old checkpoints
 NO_DATE = torch.iinfo(torch.int64).min  # as `eoscale.data.stream.NO_DATE` (models know no loader)
 
 
@@ -78,8 +82,15 @@ def _days_from_civil(year: Tensor) -> Tensor:
     return era * 146097 + doe - 719468
 
 
+def day_of_year(dates: Tensor, mask: Tensor) -> Tensor:
+    """(B, T) each valid known date's day of the year, from 0 (0 where unknown or masked): L-TAE's positions."""
+    known = (dates != NO_DATE) & mask
+    return torch.where(known, date_coords(dates)[..., 1].long(), torch.zeros_like(dates))
+
+
 def season_days(dates: Tensor, mask: Tensor) -> Tensor:
-    """(B, T) days since each tile's first valid known date (0 where unknown): L-TAE's positions."""
+    """(B, T) days since each tile's first valid known date (0 where unknown): L-TAE's positions in checkpoints
+    written before `day_of_year` (`date_encoding="first_valid"`)."""
     known = (dates != NO_DATE) & mask
     first = torch.where(known, dates, torch.full_like(dates, torch.iinfo(torch.int64).max)).amin(dim=1, keepdim=True)
     return torch.where(known, dates - first, torch.zeros_like(dates))
@@ -141,8 +152,11 @@ class UTAE(nn.Module):
     def __init__(self, *, in_chans: int, num_classes: int, backbone: str = "resnet18", img_size: int | None = None,
                  n_head: int = 16, d_k: int = 4, d_model: int = 256, ltae_dropout: float = 0.2,
                  decoder_channels: int = 128, dropout: float = 0.0, drop_path_rate: float = 0.0,
-                 **backbone_kwargs) -> None:
+                 date_encoding: str = "day_of_year", **backbone_kwargs) -> None:
         super().__init__()
+        if date_encoding not in DATE_ENCODINGS:
+            raise InputError(f"date_encoding={date_encoding!r}: choose one of {', '.join(DATE_ENCODINGS)}")
+        self.positions = day_of_year if date_encoding == "day_of_year" else season_days
         self.backbone = create_backbone(backbone, in_chans=in_chans, img_size=img_size, drop_path_rate=drop_path_rate,
                                         **backbone_kwargs)
         channels = list(self.backbone.channels)
@@ -159,7 +173,7 @@ class UTAE(nn.Module):
         _, _, c, h, w = coarse.shape
         pixels = coarse.permute(0, 3, 4, 1, 2).reshape(b * h * w, t, c)
         per_pixel = lambda a: a[:, None, None].expand(b, h, w, t).reshape(b * h * w, t)  # noqa: E731
-        out, attention = self.ltae(pixels, per_pixel(season_days(dates, mask)), per_pixel(mask))
+        out, attention = self.ltae(pixels, per_pixel(self.positions(dates, mask)), per_pixel(mask))
         top = out.view(b, h, w, -1).permute(0, 3, 1, 2)
         attention = attention.view(-1, b, h, w, t).permute(0, 1, 4, 2, 3)  # (heads, B, T, h, w)
         maps = []

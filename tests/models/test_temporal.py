@@ -195,3 +195,32 @@ def test_utae_leaves_a_masked_date_out_of_the_backbones_batch_statistics():
     after = model(changed, dates=dates, date_valid=valid)
     assert torch.equal(before, after)
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in stats.items())
+
+
+def test_utae_positions_a_date_by_its_day_of_the_year_whatever_the_tiles_first_valid_date():
+    """Issue 47: L-TAE's positions were days since each tile's first *valid* date, so a cloud over a tile's first
+    date shifted the position of every other date of that tile (and two windows of one place at predict disagreed).
+    A date's position is now its day of the year; checkpoints fitted the old way keep it (inferred when unrecorded)."""
+    from eoscale.contract import model_spec
+    from eoscale.models.temporal import day_of_year, season_days
+
+    dates = torch.tensor([[19700, 19730, 19760]] * 2)  # 2023-12-09, 2024-01-08, 2024-02-07
+    cloudy_first = torch.tensor([[False, True, True], [True, True, True]])
+    assert day_of_year(dates, cloudy_first).tolist() == [[0, 7, 37], [342, 7, 37]]  # a date's own, in both tiles
+    assert season_days(dates, cloudy_first).tolist() == [[0, 0, 30], [0, 30, 60]]  # the old, shifted encoding
+    unknown = torch.tensor([[torch.iinfo(torch.int64).min, 19730, 19760]])
+    assert day_of_year(unknown, torch.ones(1, 3, dtype=torch.bool)).tolist() == [[0, 7, 37]]
+    model = build_temporal_model("utae", in_chans=5, num_classes=3, img_size=32, backbone="resnet18", n_head=4,
+                                 d_model=32)
+    assert model.positions is day_of_year  # the default of every new model
+    old = model_spec({"eoscale_model": {"args": {"architecture": "utae", "in_chans": 5, "num_classes": 3}}}, "x.ckpt")
+    assert old["args"]["date_encoding"] == "first_valid"  # a U-TAE checkpoint of before: rebuilt as it was fitted
+    assert build_temporal_model("utae", in_chans=5, num_classes=3, img_size=32, backbone="resnet18", n_head=4,
+                                d_model=32, date_encoding=old["args"]["date_encoding"]).positions is season_days
+    with pytest.raises(InputError, match="date_encoding='weeks'"):
+        build_temporal_model("utae", in_chans=5, num_classes=3, date_encoding="weeks")
+    from eoscale.contract import model_args_from_hparams
+    from eoscale.train.tasks.temporal import TemporalSegmentationTask
+
+    task = TemporalSegmentationTask("utae", backbone_kwargs={"n_head": 4, "d_model": 32})
+    assert model_args_from_hparams(task.hparams)["date_encoding"] == "day_of_year"  # recorded in every new checkpoint

@@ -29,7 +29,8 @@ class TemporalSegmentationTask(SegmentationTask):
     Args:
         architecture: "utae" (the per-date encoder is `backbone`, a timm name) or "temporal_vit"; their options
             (`n_head`, `d_model`, `d_k` of L-TAE; `embed_dim`, `depth`, `num_heads`, `patch_size`, `tubelet`,
-            `coords_encoding`, `out_indices` of the ViT) in `backbone_kwargs`.
+            `coords_encoding`, `out_indices` of the ViT) in `backbone_kwargs`; U-TAE's `date_encoding` there is
+            "day_of_year" (L-TAE's positions: each date's day of the year, whatever else the tile holds).
         weights: for "temporal_vit", a local Prithvi-EO-2.0 state dict, loaded with its temporal weights as they
             are (`eoscale.models.temporal_vit.load_prithvi_state`); the store's bands must be the file's, in order.
         time_steps: the dates a tile, taken from the datamodule when left out.
@@ -41,6 +42,8 @@ class TemporalSegmentationTask(SegmentationTask):
             raise InputError(f"architecture={architecture!r} is not a temporal model: choose one of {', '.join(ARCHITECTURES)}")
         if options.get("finetune", "full") == "lora":
             raise InputError("finetune='lora' is not offered for temporal models yet: use 'full' or 'linear'")
+        if architecture == "utae":  # recorded in the checkpoint's model args: older ones are read as "first_valid"
+            options["backbone_kwargs"] = {"date_encoding": "day_of_year", **(options.get("backbone_kwargs") or {})}
         super().__init__(backbone, **options)
         self.save_hyperparameters()
 
