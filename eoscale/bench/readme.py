@@ -1,4 +1,4 @@
-"""benchmarks/README.md's tables, generated from the records in `benchmarks/*.json`.
+"""benchmarks/README.md's tables (and lists of figures), generated from the records in `benchmarks/*.json`.
 
 A generated table sits between two markers in the README:
 
@@ -130,6 +130,38 @@ def learning_seeds(rec: Records) -> list[str]:
                      f"**{run['miou_gain_over_forest']:+.3f}**", best.group(1) if best else "-"])
     return table(["seed", "forest val mIoU", "default recipe (sqrt weights, ce, spectral MLP 64)", "gain",
                   "best at step"], rows)
+
+
+def calibration(rec: Records) -> list[str]:
+    r = rec.one("calibration", "2026-12-06T02:26")
+    before, after, unseen = r["uncalibrated"], r["calibrated"], r["unseen_scene_uncertainty_cog"]
+    entropy = after["entropy"]
+    return [
+        f"- temperature {after['temperature']:.3f}; test ECE {before['ece']:.4f} -> {after['ece']:.4f} "
+        f"(x{r['ece_ratio_calibrated_to_uncalibrated']:.2f}), test NLL {before['nll']:.4f} -> {after['nll']:.4f}; "
+        f"accuracy {after['accuracy']:.3f}",
+        f"- test pixels: entropy {entropy['mean_wrong']:.3f} on wrong pixels, {entropy['mean_right']:.3f} on right ones; "
+        f"AUROC of entropy for errors {entropy['auroc_errors']:.3f}",
+        f"- the unseen scene's uncertainty COG ({'valid' if unseen['cog_valid'] else 'not valid'}): entropy "
+        f"{unseen['mean_wrong']:.3f} on wrong pixels, {unseen['mean_right']:.3f} on right ones, AUROC "
+        f"{unseen['auroc_errors']:.3f}",
+    ]
+
+
+def regression(rec: Records) -> list[str]:
+    r = rec.one("regression", "2026-12-06T02:12")
+    med, runs = r["median"], r["runs"]
+
+    def model(name: str, count: str, unit: str) -> str:
+        m = med[name]
+        return (f"- {name}: RMSE {m['rmse']:.2f} m, MAE {m['mae']:.2f} m, bias {m['bias']:.2f} m, R² {m['r2']:.2f} ("
+                + " and ".join(str(run[name][count]) for run in runs) + f" {unit} in "
+                + " and ".join(f"{run[name]['fit_seconds']:.0f}" for run in runs) + " s)")
+
+    ratio = r["rmse_ratio_network_to_forest"]
+    return [model("network", "steps_done", "steps"), model("forest", "trees", "trees"),
+            f"- the training mean: RMSE {r['mean']['rmse']:.2f} m. Network / forest RMSE: {ratio:.2f}, so the "
+            + (f"network wins by {100 * (1 - ratio):.0f} %." if ratio < 1 else f"forest wins by {100 * (1 - 1 / ratio):.0f} %.")]
 
 
 def temporal(rec: Records) -> list[str]:
@@ -339,7 +371,7 @@ def strategies(rec: Records) -> list[str]:
 
 TABLES: dict[str, Callable[[Records], list[str]]] = {
     "ingest-small": ingest_small, "ingest-full": ingest_full, "loader": loader, "learning-seeds": learning_seeds,
-    "temporal": temporal, "fusion": fusion, "train": train, "adapters-10pct": adapters_ten_percent,
+    "calibration": calibration, "regression": regression, "temporal": temporal, "fusion": fusion, "train": train, "adapters-10pct": adapters_ten_percent,
     "adapters-1pct": adapters_one_percent, "adapters-decisive": adapters_decisive, "adapters-first": adapters_first,
     "predict-4096": predict_small, "predict-full": predict_full, "predict-memory": predict_memory,
     "launchers": launchers, "serve": serve, "strategies": strategies,

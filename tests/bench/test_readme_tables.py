@@ -37,3 +37,15 @@ def test_a_changed_record_makes_the_check_fail(tmp_path, capsys):
     assert "disagree with the records" in capsys.readouterr().err
     assert main(["--readme", str(readme)]) == 0
     assert re.search(r"\| server, batch 16 \| 99\.9 windows/s", readme.read_text())
+
+
+def test_under_each_table_its_records_command_and_commit(tmp_path):
+    # guards: a generated table that does not say which record (and, once records carry it, which code) it shows
+    for path in README.parent.glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    runs = json.loads((tmp_path / "serve.json").read_text())
+    runs[-1]["provenance"] = {"command": "eoscale bench serve --repeats 5", "commit": "0123456789abcdef", "dirty": True}
+    (tmp_path / "serve.json").write_text(json.dumps(runs))
+    text = render(README.read_text(), tmp_path)
+    assert ("Record: `serve.json` 2026-12-04T22:13:36+0000: `eoscale bench serve --repeats 5` at 0123456789 (dirty)."
+            in text)
