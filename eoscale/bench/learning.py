@@ -34,7 +34,8 @@ from eoscale.models.metrics import confusion_iou, confusion_matrix, confusion_mi
 
 def score_checkpoint(checkpoint: str | Path, store: str, *, split: str = "val", batch_size: int = 16) -> dict:
     """A checkpoint's confusion on every valid pixel of `split` (tiles as training reads them): mIoU over the classes
-    in the labels (`miou`; `eoscale.models.metrics`' convention), and per class the IoU, the producer's accuracy and the share of the pixels.
+    in the labels (`miou`, `eoscale.models.metrics`' convention), and per class the IoU, the producer's accuracy and
+    the share of the pixels.
     Networks and forests alike (`eoscale.infer.model.load_model`), so both are scored by the same code."""
     import torch
 
