@@ -122,12 +122,27 @@ def _cell(value) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _commit(record: dict) -> str:
+    """The record's git commit (eoscale.bench.record's provenance; records before it have none)."""
+    provenance = record.get("provenance") or {}
+    if not provenance.get("commit"):
+        return "—"
+    return f"`{provenance['commit'][:10]}`" + (" (dirty)" if provenance.get("dirty") else "")
+
+
+def _command(record: dict) -> str:
+    provenance = record.get("provenance") or {}
+    command = provenance.get("command") or (record["command"] if isinstance(record.get("command"), str) else None)
+    return f"`{_cell(command)}`" if command else "—"
+
+
 def benchmarks_page() -> str:
     lines = [
         "# Benchmark figures",
         "",
         "Rendered at build time from `benchmarks/*.json` (each file a list of records that `eoscale bench NAME` "
-        "appended, each with its date and machine). For each file: its records, then the latest record's figures. "
+        "appended, each with its date and machine, and since issue 45 its commit and command). For each file: its "
+        "records, then the latest record's figures. "
         "What each benchmark measures and the discussion of its figures: [Benchmarks](benchmarks-notes.md).",
         "",
     ]
@@ -135,12 +150,14 @@ def benchmarks_page() -> str:
         records = json.loads(path.read_text())
         if isinstance(records, dict):
             records = [records]
-        lines += [f"## {path.name}", "", "| # | date | machine | cores | GPU | load at start |", "|---|---|---|---|---|---|"]
+        lines += [f"## {path.name}", "", "| # | date | machine | cores | GPU | load at start | commit | command |",
+                  "|---|---|---|---|---|---|---|---|"]
         for i, record in enumerate(records):
             machine = record.get("machine") or {}
             lines.append(f"| {i} | {_cell(record.get('date'))} | {_cell(machine.get('cpu'))} | "
                          f"{_cell(machine.get('cores_available'))} | {_cell(machine.get('gpu'))} | "
-                         f"{_cell(machine.get('load_average_1min_at_start'))} |")
+                         f"{_cell(machine.get('load_average_1min_at_start'))} | {_commit(record)} | "
+                         f"{_command(record)} |")
         latest = {k: v for k, v in _flatten(records[-1]).items() if not k.startswith(("machine.", "benchmark"))}
         lines += ["", f"Latest record ({_cell(records[-1].get('date'))}):", "", "| figure | value |", "|---|---|"]
         lines += [f"| `{key}` | {_cell(value)} |" for key, value in latest.items()]

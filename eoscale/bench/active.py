@@ -233,5 +233,6 @@ def run(args: argparse.Namespace) -> int:
         "pid": os.getpid(),
     }
     if args.record:
-        print(f"recorded in {record('active', figures, directory=args.record)}")
+        seeds = {"scenes": args.data_seed, "initial_labels": list(range(args.first_seed, args.first_seed + args.seeds))}
+        print(f"recorded in {record('active', figures, directory=args.record, seeds=seeds)}")
     return 0

@@ -193,13 +193,12 @@ def census(map_path: Path, labels: Path) -> dict:
     from eoscale.maps.classmap import open_map
     from eoscale.maps.estimate import stratified
     from eoscale.maps.reference import census_reference
+    from eoscale.models.metrics import confusion_miou
 
     reference = census_reference(open_map(map_path), labels)
     estimates = stratified(reference.counts, reference.areas.weights, 1.0, census=True)
-    n = reference.counts.astype(np.float64)
-    union = n.sum(0) + n.sum(1) - np.diag(n)
-    present = union > 0
-    return {"oa": float(estimates.overall), "miou": float((np.diag(n)[present] / union[present]).mean())}
+    # the classes in the map or the reference, as a census counts them (the matrix is map by reference)
+    return {"oa": float(estimates.overall), "miou": confusion_miou(reference.counts, over="either")}
 
 
 def labelled_points(csv: Path, only: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -161,5 +161,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"unseen scene's uncertainty COG (valid: {unseen_map['cog_valid']}): entropy on wrong "
           f"{unseen_map['mean_wrong']:.3f}, right {unseen_map['mean_right']:.3f}, AUROC {unseen_map['auroc_errors']:.3f}")
     if args.record:
-        print(f"recorded in {record('calibration', figures, directory=args.record)}")
+        seeds = {"scenes": args.seed, "unseen_scene": args.seed + 1000}
+        print(f"recorded in {record('calibration', figures, directory=args.record, seeds=seeds)}")
     return 0

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from eoscale.bench.record import invoked_as
+
 BENCHMARKS = {
     "active": ("eoscale.bench.active", "active learning: held-out accuracy per label added, uncertainty sampling (eoscale sample --by mixed) against random sampling"),
     "adapters": ("eoscale.bench.adapters", "MAE backbone: scratch vs full fine-tuning vs LoRA vs linear probe (all and 10% labels); LoRA's parameters, step time, memory"),
@@ -40,4 +42,5 @@ def run(args: argparse.Namespace) -> int:
     module.configure(parser)
     parser.add_argument("--record", default="benchmarks", metavar="DIR",
                         help="folder to record the figures in (default: %(default)s; '' to not record)")
-    return module.run(parser.parse_args(args.options))
+    with invoked_as(["eoscale", "bench", args.benchmark, *args.options]):
+        return module.run(parser.parse_args(args.options))

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale.bench.temporal import confusion
 from eoscale.classes import IGNORE_INDEX
+from eoscale.models.metrics import confusion_matrix, confusion_scores
 
 # the quick start's recipe (configs/quickstart/fit.yaml: ResNet-18 + FPN, 64-channel decoder), the fusion stems on top
 RECIPE = {"backbone": "resnet18", "decoder_channels": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup_fraction": 0.1,
@@ -154,21 +154,10 @@ def evaluate(task, index: list[int], batches: list[dict], n: int, *, drop: list[
                 x[:, drop] = 0
             pred = task(x).argmax(1).numpy()
             truth, clear = batch["label"].numpy(), batch["clear"].numpy()
-            total["all"] += confusion(pred, truth, n, np.ones_like(clear))
-            total["clear"] += confusion(pred, truth, n, clear)
-            total["cloudy"] += confusion(pred, truth, n, ~clear)
+            total["all"] += confusion_matrix(truth, pred, n, np.ones_like(clear))
+            total["clear"] += confusion_matrix(truth, pred, n, clear)
+            total["cloudy"] += confusion_matrix(truth, pred, n, ~clear)
     return total
-
-
-def scores(matrix: np.ndarray, names: list[str]) -> dict:
-    """mIoU over the classes in the labels, accuracy, each class's IoU."""
-    tp = np.diag(matrix).astype(np.float64)
-    union = matrix.sum(0) + matrix.sum(1) - tp
-    iou = np.where(union > 0, tp / np.maximum(union, 1), np.nan)
-    present = matrix.sum(1) > 0
-    return {"miou": float(iou[present].mean()) if present.any() else None,
-            "accuracy": float(tp.sum() / max(matrix.sum(), 1)), "pixels": int(matrix.sum()),
-            "iou": {name: None if np.isnan(v) else round(float(v), 4) for name, v in zip(names, iou, strict=True)}}
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -243,10 +232,10 @@ def run(args: argparse.Namespace) -> int:
                                                recipe=recipe, workers=args.workers, seed=args.seed)
                 matrices = evaluate(task, index, batches, n)
                 result = {"fit_seconds": round(seconds, 1), "steps": int(task.global_step),
-                          **{part: scores(m, names) for part, m in matrices.items()}}
+                          **{part: confusion_scores(m, names) for part, m in matrices.items()}}
                 if arm == "s1+s2":  # the same network on the val tiles without any optical data
                     optical = [k for k, i in enumerate(index) if attrs[schema.ATTR_BANDS][i] in optical_bands]
-                    result["without_optical"] = scores(evaluate(task, index, batches, n, drop=optical)["all"], names)
+                    result["without_optical"] = confusion_scores(evaluate(task, index, batches, n, drop=optical)["all"], names)
                 row["arms"][arm] = result
                 print(f"  {arm:>6}: val mIoU {result['all']['miou']:.3f} (clear {_fmt(result['clear'])}, cloudy "
                       f"{_fmt(result['cloudy'])}), accuracy {result['all']['accuracy']:.3f} ({seconds:.0f} s)"
@@ -274,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
         if "gain_over_s2" in row:
             print(f"cloud {float(cover):.0%}: S1 + S2 over S2 alone {row['gain_over_s2']:+.3f} val mIoU")
     if args.record:
-        print(f"recorded in {record('fusion', figures, directory=args.record)}")
+        print(f"recorded in {record('fusion', figures, directory=args.record, seeds={'scenes, clouds, split and fits': args.seed})}")
     return 0
 
 

@@ -29,23 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale.classes import IGNORE_INDEX
-
-
-def miou(confusion: np.ndarray) -> tuple[float, list[float]]:
-    """Mean IoU over the classes that occur in the labels (the same classes for every model scored on a split: a
-    class absent from it but predicted by one model would count against that model only), and the IoU of each
-    class that occurs in the labels or the predictions."""
-    tp = np.diag(confusion).astype(np.float64)
-    union = confusion.sum(0) + confusion.sum(1) - tp
-    iou = np.where(union > 0, tp / np.maximum(union, 1), np.nan)
-    present = confusion.sum(1) > 0
-    return float(iou[present].mean()), [None if np.isnan(v) else float(v) for v in iou]
+from eoscale.models.metrics import confusion_iou, confusion_matrix, confusion_miou
 
 
 def score_checkpoint(checkpoint: str | Path, store: str, *, split: str = "val", batch_size: int = 16) -> dict:
     """A checkpoint's confusion on every valid pixel of `split` (tiles as training reads them): mIoU over the classes
-    in the labels (`miou`), and per class the IoU, the producer's accuracy and the share of the pixels.
+    in the labels (`miou`, `eoscale.models.metrics`' convention), and per class the IoU, the producer's accuracy and
+    the share of the pixels.
     Networks and forests alike (`eoscale.infer.model.load_model`), so both are scored by the same code."""
     import torch
 
@@ -62,10 +52,9 @@ def score_checkpoint(checkpoint: str | Path, store: str, *, split: str = "val", 
         for batch in loader:
             batch = data.normalise(batch)
             predicted = model.network(batch["image"]).argmax(1).reshape(-1).numpy()
-            truth = batch["label"].reshape(-1).numpy()
-            keep = truth != IGNORE_INDEX
-            confusion += np.bincount(truth[keep] * n + predicted[keep], minlength=n * n).reshape(n, n)
-    value, per_class = miou(confusion)
+            confusion += confusion_matrix(batch["label"].reshape(-1).numpy(), predicted, n)
+    value = confusion_miou(confusion)
+    per_class = [None if np.isnan(v) else float(v) for v in confusion_iou(confusion)]
     support = confusion.sum(1)
     names = [c["name"] for c in model.contract.classes]
     classes = {name: {"iou": per_class[i], "pixel_share": float(support[i] / max(support.sum(), 1)),
@@ -227,6 +216,13 @@ def _check(args: argparse.Namespace) -> list[int] | None:
     return seeds
 
 
+def learning_seeds(args: argparse.Namespace, seeds: list[int] | None) -> dict | None:
+    """The record's seeds: of the synthetic sets (their fits take the configs' seeds), or of the fits on STORE."""
+    if args.synthetic is not None:
+        return {"synthetic sets": seeds}
+    return None if seeds is None else {"fits (seed_everything and the forest)": seeds}
+
+
 def bench_store(store: str, args: argparse.Namespace, *, fit_seed: int | None = None) -> dict:
     """Both models fitted on `store` and scored; `fit_seed` seeds both fits (None: their configs' seeds)."""
     import shlex
@@ -295,5 +291,5 @@ def run(args: argparse.Namespace) -> int:
                                      "size": args.size, "tile_size": args.tile_size}} if args.synthetic else {}),
                    "runs": results, "miou_gain_over_forest_per_seed": gains, "miou_gain_over_forest_min": min(gains)}
     if args.record:
-        print(f"recorded in {record('learning', figures, directory=args.record)}")
+        print(f"recorded in {record('learning', figures, directory=args.record, seeds=learning_seeds(args, seeds))}")
     return 0

@@ -470,5 +470,5 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "record", ""):  # `eoscale bench` adds --record
         from eoscale.bench.record import record
 
-        print(f"recorded in {record('loader', report, directory=args.record)}")
+        print(f"recorded in {record('loader', report, directory=args.record, seeds={'loader and samplers': args.seed})}")
     return 0

@@ -221,5 +221,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"median RMSE: network {medians['network']['rmse']:.3f} m, forest {medians['forest']['rmse']:.3f} m "
           f"(ratio {figures['rmse_ratio_network_to_forest']:.2f}), training mean {mean['rmse']:.3f} m")
     if args.record:
-        print(f"recorded in {record('regression', figures, directory=args.record)}")
+        seeds = {"scenes and split": 0, "fits (one a repeat)": list(range(args.repeats))}
+        print(f"recorded in {record('regression', figures, directory=args.record, seeds=seeds)}")
     return 0

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from eoscale.classes import IGNORE_INDEX
+from eoscale.models.metrics import confusion_matrix, confusion_miou, confusion_scores
 
 RECIPE = {"backbone": "resnet18", "n_head": 4, "d_k": 4, "d_model": 64, "decoder_channels": 32, "lr": 1e-3,
           "weight_decay": 0.01, "warmup_fraction": 0.1, "batch_size": 8, "class_weights": "none",
@@ -75,23 +76,11 @@ def split_arrays(store: Path, split: str) -> dict[str, np.ndarray]:
     return {"images": images, "labels": ds[schema.LABELS].values, "clear": clear, "start": int(start)}
 
 
-def confusion(pred: np.ndarray, truth: np.ndarray, n: int, keep: np.ndarray) -> np.ndarray:
-    keep = keep & (truth != IGNORE_INDEX)
-    t, p = truth[keep].astype(np.int64), pred[keep].astype(np.int64)
-    return np.bincount(t * n + p, minlength=n * n).reshape(n, n)
-
-
 def scores(matrix: np.ndarray, names: list[str], seasonal: list[int]) -> dict:
     """mIoU over the classes in the labels, over the seasonal classes among them, accuracy and each class's IoU."""
-    tp = np.diag(matrix).astype(np.float64)
-    union = matrix.sum(0) + matrix.sum(1) - tp
-    iou = np.where(union > 0, tp / np.maximum(union, 1), np.nan)
-    present = matrix.sum(1) > 0
-    season = np.zeros_like(present)
+    season = np.zeros(len(names), dtype=bool)
     season[seasonal] = True
-    return {"miou": float(iou[present].mean()), "miou_seasonal": float(iou[present & season].mean()),
-            "accuracy": float(tp.sum() / max(matrix.sum(), 1)), "pixels": int(matrix.sum()),
-            "iou": {name: None if np.isnan(v) else round(float(v), 4) for name, v in zip(names, iou, strict=True)}}
+    return {**confusion_scores(matrix, names), "miou_seasonal": confusion_miou(matrix, classes=season)}
 
 
 def pixel_table(arrays: dict, steps: list[int]) -> np.ndarray:
@@ -244,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
 
         def score(pred: np.ndarray, keep: np.ndarray | None = None) -> dict:
             keep = np.ones(val["labels"].shape, bool) if keep is None else keep
-            return scores(confusion(pred, val["labels"], n, keep), names, seasonal)
+            return scores(confusion_matrix(val["labels"], pred, n, keep), names, seasonal)
 
         preds: dict[str, np.ndarray] = {}
         results: dict[str, dict] = {"forest_single": {}, "network_single": {}}
@@ -313,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  on the pixels date {row['date_step']} sees ({row['pixels_share']:.0%}): {model} stack "
               f"{row['stack']['miou_seasonal']:.3f} vs single {row['single']['miou_seasonal']:.3f}")
     if args.record:
-        print(f"recorded in {record('temporal', figures, directory=args.record)}")
+        print(f"recorded in {record('temporal', figures, directory=args.record, seeds={'season, split and fits': args.seed})}")
     return 0
 
 

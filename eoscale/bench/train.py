@@ -227,5 +227,5 @@ def run(args: argparse.Namespace) -> int:
         f"FSDP2 {fsdp['state_bytes_rank0'] / 2**20:.1f} MiB = {figures['ratio_fsdp_vs_ddp_state_bytes']:.2f}× (goal ≤ 0.6)"
     )
     if args.record:
-        print(f"recorded in {record('train', figures, directory=args.record)}")
+        print(f"recorded in {record('train', figures, directory=args.record, seeds={'plain loop initial weights': 0})}")
     return 0
