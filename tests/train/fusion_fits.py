@@ -1,8 +1,8 @@
 """`eoscale fit` of a network of several sensors (`configs/fusion_resnet18.yaml`, per-sensor stems, sensor dropout)
-under DDP, then FSDP2, in one pair of CPU ranks (gloo), as `tests.train.strategy_fits` does for one sensor: one
-start-up for both strategies. `OutputProbe` writes what each rank's network maps a fixed input to at the end.
+under DDP, FSDP2 and DeepSpeed ZeRO-2 in turn, in one pair of CPU ranks (gloo), as `tests.train.strategy_fits` does
+for one sensor: one start-up for all the strategies. `OutputProbe` writes what each rank's network maps a fixed input to at the end.
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 -m tests.train.fusion_fits OUT STORE ddp fsdp
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m tests.train.fusion_fits OUT STORE ddp fsdp zero2
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ def probe_input(channels: int, size: int, *, missing: slice | None = None) -> to
 
 class OutputProbe(Callback):
     """At the end of fit, write `<folder>/rank<r>.pt`: each step's loss, the world size and step, the share of the
-    parameters this rank holds (FSDP2 shards), and the network's output (eval mode) for `probe_input`, its second
-    tile without the first sensor group. Every rank runs the network (a sharded one all-gathers)."""
+    parameters this rank holds (FSDP2 shards), the temperature calibration fitted, and the network's output (eval
+    mode) for `probe_input`, its second tile without the first sensor group. Every rank runs the network (a sharded one all-gathers)."""
 
     def __init__(self, folder: str) -> None:
         self.folder = Path(folder)
@@ -52,7 +52,8 @@ class OutputProbe(Callback):
         total = sum(p.numel() for p in model.parameters())
         self.folder.mkdir(parents=True, exist_ok=True)
         torch.save({"losses": self.losses, "step": trainer.global_step, "world_size": trainer.world_size,
-                    "local": local, "total": total, "input": x,
+                    "local": local, "total": total, "input": x, "temperature": pl_module.contract.temperature,
+                    "calibrated": pl_module.contract.calibration is not None,
                     "state": {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
                               for k, v in model.state_dict().items()}, "output": out.full_tensor() if hasattr(out, "full_tensor") else out},
                    self.folder / f"rank{trainer.global_rank}.pt")

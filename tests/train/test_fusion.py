@@ -1,4 +1,4 @@
-"""Fitting networks of several sensors (`eoscale.models.fusion`): under DDP and FSDP2 on two CPU ranks, the checkpoint
+"""Fitting networks of several sensors (`eoscale.models.fusion`): under DDP, FSDP2 and ZeRO-2 on two CPU ranks, the checkpoint
 rebuilt by `load_network` as trained, and sensor dropout teaching a model to map a tile without its optical sensor."""
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ from eoscale.train.cli import main
 from tests.processes import torchrun
 from tests.train.fusion_fits import CONFIGS, SMALL, STEPS
 
+STRATEGIES = ("ddp", "fsdp", "zero2")  # ZeRO, as FSDP2, holds a copy of every buffer on each rank and syncs none
+
 
 @pytest.mark.slow
-def test_fit_of_several_sensors_under_ddp_and_fsdp2(sensor_store: Path, tmp_path: Path):
-    """One torchrun of two gloo ranks fits the fusion config (stems, sensor dropout) under DDP, then FSDP2; each
-    checkpoint, rebuilt by `load_network` (the FSDP2 one consolidated first), maps as rank 0's trained network did."""
-    result = torchrun("tests.train.fusion_fits", [str(tmp_path), str(sensor_store), "ddp", "fsdp"], tmp_path)
+def test_fit_of_several_sensors_under_ddp_fsdp2_and_zero2(sensor_store: Path, tmp_path: Path):
+    """One torchrun of two gloo ranks fits the fusion config (stems, sensor dropout) under DDP, FSDP2, then DeepSpeed
+    ZeRO-2; each checkpoint, rebuilt by `load_network` (the sharded ones consolidated first), maps as both ranks'
+    trained networks did."""
+    result = torchrun("tests.train.fusion_fits", [str(tmp_path), str(sensor_store), *STRATEGIES], tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]
-    for strategy in ("ddp", "fsdp"):
+    for strategy in STRATEGIES:
         ranks = [torch.load(tmp_path / strategy / "probe" / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
         for rank in ranks:
             assert rank["world_size"] == 2 and rank["step"] == STEPS
@@ -32,8 +35,9 @@ def test_fit_of_several_sensors_under_ddp_and_fsdp2(sensor_store: Path, tmp_path
         if strategy == "fsdp":
             held = ranks[0]["local"] / ranks[0]["total"]
             assert abs(held - 0.5) < 0.05, held  # each rank holds half of the network, stems included
+        if strategy != "ddp":
             assert last.is_dir()
-            full = tmp_path / "fsdp-full.ckpt"
+            full = tmp_path / f"{strategy}-full.ckpt"
             assert eoscale_main(["consolidate", str(last), str(full)]) == 0
             last = full
         trained = load_network(last)
@@ -42,13 +46,20 @@ def test_fit_of_several_sensors_under_ddp_and_fsdp2(sensor_store: Path, tmp_path
         assert trained.contract.sensor_names() == ["sentinel-2", "sentinel-1"]
         with torch.no_grad():
             out = trained.network(ranks[0]["input"])
-        # the rebuilt network maps as a rank's trained one did: as both under DDP, which broadcasts rank 0's buffers
-        # (ResNet's BatchNorm running statistics) before each forward; under FSDP2 each rank keeps its own running
-        # statistics (measured: outputs up to 0.13 apart) and the checkpoint holds the rank DCP chose to save them
+        # guards issue 45's BatchNorm replicas: under FSDP2 and ZeRO each rank kept its own running statistics (FSDP2:
+        # outputs up to 0.13 apart, the checkpoint held the rank DCP chose to save them); now every rank holds rank
+        # 0's (DDP broadcasts them, FSDP2Strategy and ZeroStrategy sync them where they are read or saved), so the
+        # ranks map alike, hold the same buffers, and the rebuilt checkpoint maps as each of them
+        for key, value in ranks[0]["state"].items():
+            torch.testing.assert_close(ranks[1]["state"][key], value, rtol=0, atol=1e-5,
+                                       msg=lambda m, key=key, strategy=strategy: f"{strategy}, {key}: {m}")
+        torch.testing.assert_close(ranks[1]["output"], ranks[0]["output"], rtol=0, atol=1e-5,
+                                   msg=lambda m, strategy=strategy: f"{strategy}, the ranks' outputs: {m}")
         gaps = [float((out - rank["output"]).abs().max()) for rank in ranks]
-        assert min(gaps) < 1e-5, gaps
-        if strategy == "ddp":
-            assert max(gaps) < 1e-5, gaps
+        assert max(gaps) < 1e-5, (strategy, gaps)
+        # the calibration fitted one temperature, of that one model, and the checkpoint carries it
+        assert ranks[0]["calibrated"] and ranks[1]["calibrated"]
+        assert ranks[0]["temperature"] == ranks[1]["temperature"] == trained.contract.temperature
 
 
 def radar_only_accuracy(checkpoint: Path, store: Path, *, split: str = "val") -> tuple[float, float, float]:

@@ -80,10 +80,23 @@ def _two_ranks(strategy: str, store: Path, root: Path) -> dict:
                       "--data.init_args.batch_size", "4", "--data.init_args.max_dates", "2", "--trainer.accelerator", "cpu",
                       "--trainer.devices", "2", "--trainer.max_steps", "3", "--trainer.val_check_interval", "3",
                       "--trainer.default_root_dir", str(root), "--trainer.logger", "false",
-                      "--trainer.callbacks+=tests.train.helpers.RankReport", f"--trainer.callbacks.folder={report}"],
+                      "--trainer.callbacks+=tests.train.helpers.RankReport", f"--trainer.callbacks.folder={report}",
+                      "--trainer.callbacks.probe=true"],
                      cwd=root)
     assert result.returncode == 0, result.stderr[-3000:]
     return {r: torch.load(report / f"rank{r}.pt", weights_only=True) for r in range(2)}
+
+
+def _assert_ranks_agree(ranks: dict, strategy: str) -> None:
+    """Both ranks hold the same buffers (U-TAE's per-date ResNet: BatchNorm running statistics) and map the report's
+    fixed stack of dates alike, within 1e-5. Guards issue 45's BatchNorm replicas: under FSDP2 each rank kept the
+    statistics of its own batches, so the ranks validated different models."""
+    assert ranks[0]["buffers"].keys() == ranks[1]["buffers"].keys() and any("running_mean" in k for k in ranks[0]["buffers"])
+    for name, value in ranks[0]["buffers"].items():
+        torch.testing.assert_close(ranks[1]["buffers"][name], value, rtol=0, atol=1e-5,
+                                   msg=lambda m, name=name: f"{strategy}, {name}: {m}")
+    torch.testing.assert_close(ranks[1]["output"], ranks[0]["output"], rtol=0, atol=1e-5,
+                               msg=lambda m: f"{strategy}, the ranks' logits: {m}")
 
 
 @pytest.mark.slow  # two 2-rank fits, tens of seconds
@@ -92,11 +105,14 @@ def test_ddp_and_fsdp2_fit_a_stack_of_dates_on_two_ranks(season, tmp_path):
     assert ddp[0]["step"] == ddp[1]["step"] == 3 and ddp[0]["world_size"] == 2
     for name, value in ddp[0]["local"].items():  # DDP keeps the replicas equal
         torch.testing.assert_close(value, ddp[1]["local"][name], rtol=0, atol=0, msg=name)
+    _assert_ranks_agree(ddp, "ddp")
     assert ddp[0]["metrics"]["val_miou"] == ddp[1]["metrics"]["val_miou"]
     fsdp = _two_ranks("fsdp", season, tmp_path / "fsdp")
     assert fsdp[0]["step"] == fsdp[1]["step"] == 3
     held = [sum(v.numel() for v in fsdp[r]["local"].values()) for r in (0, 1)]
     assert sum(held) == fsdp[0]["total"] and all(abs(h / fsdp[0]["total"] - 0.5) < 0.05 for h in held)
+    _assert_ranks_agree(fsdp, "fsdp")
+    assert fsdp[0]["metrics"]["val_miou"] == fsdp[1]["metrics"]["val_miou"]
     (last,) = (tmp_path / "fsdp").rglob("last.ckpt")
     assert torch.load(last / "meta.pt", weights_only=True)["eoscale"]["time_steps"] == 3
 

@@ -24,6 +24,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from eoscale._compat.lightning import device_mesh
 from eoscale.errors import InputError
 from eoscale.models import shardable_blocks
+from eoscale.train.strategies.buffers import ReplicatedBuffers, running_statistics
 from eoscale.train.strategies.protocol import DataParallel, PlainParallelism
 
 
@@ -58,11 +59,18 @@ class MeshParallelism(PlainParallelism):
         mesh = self._mesh()
         if mesh is None:
             return model
+        if not isinstance(self._strategy(), ReplicatedBuffers) and running_statistics(model):
+            # Lightning's own strategy has no hook of eoscale's where the statistics are read or saved
+            raise InputError(f"{type(model).__name__} has BatchNorm layers, whose running statistics Lightning's "
+                             f"{type(self._strategy()).__name__} leaves to drift apart on each rank: use "
+                             "configs/strategy/fsdp.yaml (eoscale.train.strategies.fsdp.FSDP2Strategy), which keeps "
+                             "them equal")
         return shard_model(model, mesh, strategy=self._strategy(), precision=task.trainer.precision)
 
 
-class FSDP2Strategy(MeshParallelism, ModelParallelStrategy):
-    """`ModelParallelStrategy` for FSDP2 alone: `data_parallel_size` defaults to the world size.
+class FSDP2Strategy(ReplicatedBuffers, MeshParallelism, ModelParallelStrategy):
+    """`ModelParallelStrategy` for FSDP2 alone: `data_parallel_size` defaults to the world size; every rank holds
+    rank 0's BatchNorm statistics where they are read or saved (`eoscale.train.strategies.buffers`).
 
     Args:
         data_parallel_size: ranks that shard the model among them ("auto": all of them).

@@ -12,6 +12,12 @@ shape); it asks the strategy, through `parallelism(trainer.strategy)`:
 - `full_state(module)`: `module`'s whole state on rank 0 (a collective: every rank calls it), for export.
 - `parameter_shape(parameter)`: a parameter's own shape (ZeRO-3 leaves an empty placeholder between uses).
 - `stage_runner()`: the pipeline stage that runs a whole step's forward and backward itself, else None.
+- `sync_buffers(module, check=False)`: give every rank that holds a copy of `module`'s buffers rank 0's running
+  statistics (BatchNorm's, which each rank updates from its own batches), and with `check` raise if any buffer
+  still differs (a collective). The strategy calls it itself where they are read or saved (before validation,
+  test and prediction, at the end of training, when a checkpoint is taken: `strategies.buffers`); a strategy whose
+  replicas stay equal without it (DDP broadcasts rank 0's buffers before each forward that follows a training
+  one) or that holds no replicas (one device, pipeline stages) does nothing.
 
 `PlainParallelism` is what a strategy that splits nothing does (Lightning's DDP or one device, Ray's DDP);
 eoscale's strategies mix it in and override what they do differently. A new strategy is a Lightning strategy
@@ -50,6 +56,8 @@ class Parallelism(Protocol):
 
     def stage_runner(self) -> Any | None: ...
 
+    def sync_buffers(self, module: nn.Module, *, check: bool = False) -> None: ...
+
 
 class PlainParallelism:
     """The protocol of a strategy that splits nothing: every rank a whole replica (DDP, one device)."""
@@ -74,3 +82,6 @@ class PlainParallelism:
 
     def stage_runner(self) -> Any | None:
         return None
+
+    def sync_buffers(self, module: nn.Module, *, check: bool = False) -> None:
+        return None  # DDP keeps rank 0's buffers itself (`broadcast_buffers`); one device has no replicas

@@ -34,15 +34,18 @@ from lightning.pytorch.strategies import DDPStrategy, DeepSpeedStrategy
 from eoscale._compat import deepspeed as deepspeed_compat
 from eoscale._compat.lightning import ZERO_HOOKS
 from eoscale.errors import InputError
+from eoscale.train.strategies.buffers import ReplicatedBuffers
 from eoscale.train.strategies.protocol import PlainParallelism
 
 # before a config naming this strategy is parsed: jsonargparse imports DeepSpeed (if installed) to read the signature
 deepspeed_compat.set_environment()
 
 
-class ZeroStrategy(PlainParallelism, DeepSpeedStrategy):
+class ZeroStrategy(ReplicatedBuffers, PlainParallelism, DeepSpeedStrategy):
     """Lightning's `DeepSpeedStrategy` that also runs on CPUs; every argument is Lightning's
     (`stage`, `offload_optimizer`, `offload_parameters`, `reduce_bucket_size`, `allgather_bucket_size`, ...).
+    DeepSpeed broadcasts the parameters once, never the buffers: every rank holds rank 0's BatchNorm statistics
+    where they are read or saved (`eoscale.train.strategies.buffers`).
 
     DeepSpeed is the optional extra `eoscale[deepspeed]`: building this strategy without it fails in one line
     naming the extra (exit 2), and nothing else in eoscale imports DeepSpeed."""
