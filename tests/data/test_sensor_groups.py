@@ -60,6 +60,9 @@ def _train(store: str, *, workers: int = 0, seed: int = 0, epoch: int = 0, dropo
                         shared_memory=shared_memory)
     dm.setup("fit")
     loader = dm.train_dataloader()
+    # the shared-memory handover is the path asked for (not silently the plain loader's: the comparisons below
+    # would then compare the plain loader with itself)
+    assert (loader.handover is not None) == (workers > 0 and shared_memory)
     loader.set_epoch(epoch)
     with loader:
         return [dm.normalise(b) for b in loader]

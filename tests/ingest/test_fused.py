@@ -140,4 +140,11 @@ def test_a_reference_scene_takes_the_most_overlapping_then_the_nearest_scene():
     assert choose(ref, [whole_far, whole_near, half])[0] is whole_near  # then the nearest date
     assert choose(ref, [away]) is None
     assert choose(ref, [half])[1] == pytest.approx(0.5)
-    assert json.dumps(statistics_from_histograms(np.zeros((1, 65536), np.int64)))  # no pixel: zeros, not NaN
+
+
+def test_a_band_without_valid_pixels_has_zero_statistics_not_nan():
+    # a band with no valid pixel in the whole store: its statistics are zeros, not NaN. json.dumps
+    # writes NaN unless told not to, and the store's attributes must be strict JSON
+    empty = statistics_from_histograms(np.zeros((1, 65536), np.int64))
+    json.dumps(empty, allow_nan=False)
+    assert all(v == [0.0] for v in empty.values()), empty

@@ -32,10 +32,18 @@ def test_fusion_models_map_tiles_with_a_sensor_missing(backbone: str, fusion: st
     with torch.no_grad():
         out = model(x)
     assert out.shape == (2, 5, 32, 32) and torch.isfinite(out).all()
-    # a sensor's absence changes the map: the network reads presence from its input
+    # the network reads presence: nothing of the optical sensor's own layer reaches the map of tile 0, which has no
+    # optical data, while tile 1's map (optical everywhere) moves with it. A network that took the zeros as data would
+    # pass the optical layer's output at 0 (its biases, GroupNorm's shift) into the average, and fail here.
+    layer = model.stem.stems[0] if fusion == "stems" else model.backbone.net.patch_embed.embeds[0]
     with torch.no_grad():
-        full = model(_input())
-    assert not torch.allclose(out[0], full[0])
+        for parameter in layer.parameters():
+            parameter.add_(torch.rand(parameter.shape, generator=torch.Generator().manual_seed(1)) + 0.5)
+        if fusion == "tokens":
+            model.backbone.net.patch_embed.sensor_embed[0] += 1.0
+        moved = model(x)
+    torch.testing.assert_close(moved[0], out[0], rtol=1e-5, atol=1e-5)
+    assert (moved[1] - out[1]).abs().max() > 1e-2
 
 
 def test_stems_average_over_the_sensors_present_at_each_pixel():

@@ -10,12 +10,15 @@ import numpy as np
 import pytest
 import rasterio
 import torch
+import zarr
 
 from eoscale.cli import main
 from eoscale.contract import TARGET_TAG, read_contract
+from eoscale.data.augment import _turned
 from eoscale.data.datamodule import TileDataModule
 from eoscale.errors import InputError
 from eoscale.infer.outputs import VALUES_NODATA
+from eoscale.store import schema
 from eoscale.train.tasks.regression import MaskedRegressionLoss, RegressionTask
 from tests.heights import write_heights
 from tests.rasters import CLASSES_CSV, write_labels, write_scene
@@ -59,6 +62,19 @@ def test_the_loader_yields_float_targets_turned_with_the_image(heights_store):
     keep = ~missing & torch.isfinite(out["target"])
     tall = b02[keep] < b02[keep].median()
     assert out["target"][keep][tall].mean() > out["target"][keep][~tall].mean()
+    # and exactly: every tile's target is the stored one under the tile's own turn (a target left unturned, or turned
+    # another way than its image, fails here; the mean above can hold by chance)
+    stored = zarr.open_group(str(store), mode="r")[schema.TARGETS][:]
+    turns = set()
+    with dm.train_dataloader() as loader:
+        for batch in loader:
+            out = dm.normalise(batch)
+            missing = (out["image"] == 0).all(dim=1).numpy()
+            for i, (tile, turn) in enumerate(zip(batch["tile"].tolist(), batch["turn"].tolist(), strict=True)):
+                turns.add(turn)
+                expected = np.where(missing[i], np.nan, _turned(stored[tile], turn))
+                np.testing.assert_array_equal(out["target"][i].numpy(), expected)
+    assert len(turns - {0}) >= 2  # the epoch's tiles were turned, several ways
 
 
 def test_a_classes_store_refuses_values_in_one_line(tmp_path):
