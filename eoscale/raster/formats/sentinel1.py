@@ -11,13 +11,15 @@ polarisation (with or without their Item).
   read for its metadata. The date is the Item's `datetime`, else the product name's start of sensing
   (`S1A_IW_GRDH_1SDV_20230615T171524_…`, of the folder or a file), else the files' date tag.
 
-The values become decibels on the store's scale (`eoscale.sensors.sentinel1`): linear power through 10·log10 (floored),
-decibels as they are. Which one a file holds is what its metadata state (the asset's `raster:bands` `unit`, the band's
-GDAL unit type: `dB` or `linear`) and what its values show (linear ≥ 0 and mostly below 1, dB mostly negative): stated
-and shown must agree, else one line and exit 2 (a dB file labelled linear would be logged twice); without a statement,
-the values decide. The scale, the convention (σ0 or γ0) and the orbit (`sat:orbit_state`: ascending or descending,
-`sat:relative_orbit`) go with the scene into the store's attributes. Border noise along the swath edge is masked
-(`eoscale.raster.border_noise`).
+The values become decibels on the store's scale (`eoscale.sensors.sentinel1`): linear power through 10·log10 (floored:
+noise removal's small negative power over calm water is data at the floor, only the file's nodata is nodata), decibels
+as they are (floored alike). Whatever a file holds, it is resampled in linear power (a file in decibels through
+`eoscale.raster.power_warp`), never averaged in decibels. Which one a file holds is what its metadata state (the asset's
+`raster:bands` `unit`, the band's GDAL unit type: `dB` or `linear`) and what its values show (linear above -1 and mostly
+below 1, dB mostly negative): stated and shown must agree, else one line and exit 2 (a dB file labelled linear would be
+logged twice); without a statement, the values decide (`eoscale.sensors.sentinel1.scale_of_values`). The scale, the
+convention (σ0 or γ0) and the orbit (`sat:orbit_state`: ascending or descending, `sat:relative_orbit`) go with the scene
+into the store's attributes. Border noise along the swath edge is masked (`eoscale.raster.border_noise`).
 """
 
 from __future__ import annotations
@@ -104,9 +106,9 @@ def band_file(pol: Polarisation, item: str) -> tuple[BandFile, dict]:
     scale = stated or shown
     if scale is None:
         raise InputError(f"{item}: cannot tell whether {pol.band} ({pol.path}) is linear power or dB (no unit stated, "
-                         f"values neither all ≥ 0 nor mostly negative): state it in raster:bands unit or the band's "
+                         f"values neither all above -1 and mostly below 1 nor mostly negative): state it in raster:bands unit or the band's "
                          f"unit type ('linear' or 'dB')")
-    decode = "power_db" if scale == LINEAR else "float"
+    decode = "power_db" if scale == LINEAR else "db"
     record = {"source": pol.source, "file": scale, "from": "metadata" if stated else "values",
               **({"values": shown} if shown else {})}
     return BandFile(pol.band, pol.path, 1, scale=STORE_PER_DB, offset=STORE_AT_0_DB, decode=decode), record
@@ -141,7 +143,8 @@ def sar_scene(*, scene_id: str, polarisations: list[Polarisation], bands: list[s
         "product": item.split(" ")[0] if item.startswith("STAC") else "Sentinel-1 folder",
         "units": "dB", "backscatter": backscatter, **DB_STORE, "bands": records,
         "applied": f"store = dB × {STORE_PER_DB:g} + {STORE_AT_0_DB:g} (dB = store × {DB_STORE['scale']} "
-                   f"{DB_STORE['offset']:+g}); linear power taken to dB as 10·log10, floored at {DB_FLOOR:g} dB",
+                   f"{DB_STORE['offset']:+g}); resampled in linear power; linear power taken to dB as 10·log10, "
+                   f"floored at {DB_FLOOR:g} dB",
     }
     return Scene(id=scene_id, bands=tuple(band_files), crs=crs, transform=transform, width=width, height=height,
                  nodata=0.0, paths=paths, sensor=SENTINEL1, platform=platform, radiometry=radiometry,
