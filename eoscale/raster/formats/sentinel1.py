@@ -9,7 +9,7 @@ polarisation (with or without their Item).
   line saying how to calibrate them first.
 - A folder (`--scenes`): files naming their polarisation (`…_vv.tif`, `iw-vh.tiff`, `VV.tif`); a STAC Item in it is
   read for its metadata. The date is the Item's `datetime`, else the product name's start of sensing
-  (`S1A_IW_GRDH_1SDV_20230615T171524_…`, of the folder or a file), else the files' date tag.
+  (`S1A_IW_GRDH_1SDV_20230615T171524_…`, of the folder or a file), else the files' ACQUISITIONDATETIME tag.
 
 The values become decibels on the store's scale (`eoscale.sensors.sentinel1`): linear power through 10·log10 (floored:
 noise removal's small negative power over calm water is data at the floor, only the file's nodata is nodata), decibels
@@ -36,7 +36,7 @@ from eoscale.raster.border_noise import BorderNoise
 from eoscale.raster.formats.band_folder import stac_item_in
 from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.formats.stac import ItemSource, read_items
-from eoscale.raster.scene import RASTER_SUFFIXES, BandFile, Scene, check_crs, open_raster, tiff_date
+from eoscale.raster.scene import RASTER_SUFFIXES, BandFile, Scene, check_crs, open_raster, tiff_date, utc_date
 from eoscale.sensors import band_in_file_name, get_sensor
 from eoscale.sensors.sentinel1 import (
     BORDER_MARGIN_M,
@@ -184,8 +184,7 @@ def open_sentinel1_item(source: ItemSource, *, bands: list[str] | None = None, *
                          f"keyed vv/vh/hh/hv or carrying sar:polarizations")
     props = item.properties
     acquisition = {name: props[key] for key, name in ACQUISITION_KEYS.items() if key in props}
-    when = item.datetime or item.common_metadata.start_datetime
-    date = when.date() if when is not None else product_date(item.id)
+    date = utc_date(item.datetime or item.common_metadata.start_datetime) or product_date(item.id)
     platform = str(props.get("platform", "")).lower() or product_platform(item.id)
     return sar_scene(scene_id=item.id, polarisations=pols, bands=bands, item=what,
                      paths=tuple(p.path for p in pols) + (source.path,), platform=platform, acquisition=acquisition,
