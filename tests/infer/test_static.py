@@ -93,8 +93,9 @@ def test_static_for_a_checkpoint_without_them_is_refused(place, checkpoint, tmp_
 
 
 def test_an_older_checkpoints_aspect_is_computed_in_degrees(place):
-    # guards issue 46 item 5: with the aspect stored as sine and cosine, a checkpoint trained on a store from before
-    # still gets the band it was trained with, ASPECT in degrees on its old store scale
+    # guards the compatibility half of issue 46 item 5 (passes on the old code too, by design): with the aspect stored
+    # as sine and cosine, a checkpoint trained on a store from before still gets the band it was trained with, ASPECT
+    # in degrees on its old store scale, computed as before
     dem = str(place.dem_items[0].with_suffix(".tif"))
     (scene,) = predict_static_layers([open_scene(str(place.scene_paths[0]))], [dem], list(OLDER))
     assert scene.band_names[-3:] == list(OLDER)
