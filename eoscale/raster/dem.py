@@ -142,7 +142,8 @@ def static_layers(path: str, *, crs: CRS, transform: Affine, width: int, height:
         native_layers[SLOPE] = slope
         native_layers[ASPECT_SIN], native_layers[ASPECT_COS] = aspect_components(slope, aspect)
         # the older band as it was computed: the angle of the unit vectors, flat ground included
-        native_layers["degrees_sin"], native_layers["degrees_cos"] = np.sin(np.radians(aspect)), np.cos(np.radians(aspect))
+        radians = np.radians(aspect)
+        native_layers["degrees_sin"], native_layers["degrees_cos"] = np.sin(radians), np.cos(radians)
     out: dict[str, np.ndarray] = {}
     for name in layers:
         if name == ASPECT:

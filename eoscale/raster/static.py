@@ -1,14 +1,14 @@
 """Static layers as extra bands of a scene: a DEM's elevation, slope and aspect on each scene's grid (`--static`).
 
-`eoscale.raster.dem.static_layers` puts the layers onto a scene's grid, resampled once (slope and aspect computed on
-the DEM's own grid in metres first). Here they are written as one uint16 GeoTIFF a scene, on the scene's grid and on
-the Copernicus DEM's store scales (`eoscale.sensors.copdem.STORE_SCALE`: elevation at 0.1 m from -1000 m, slope at
-0.01°, the aspect's sine and cosine at 0.0001; 0 where the DEM has no height), and appended to the scene as
-`BandFile`s named `ELEVATION`, `SLOPE`, `ASPECT_SIN`, `ASPECT_COS` (the layer `aspect` is the last two: an angle stored
-as degrees splits north at the wrap). The ingest then cuts, counts and normalises them as any band: each has its own
-statistics in the store, the store's band list and a checkpoint's contract carry them, and `predict --static` adds
-the same layers to the scenes it maps, `ASPECT` in degrees for a checkpoint trained on a store from before. A static band says nothing of where a scene holds data (`BandFile.static`): the scene's own bands
-decide its validity, as without them.
+`eoscale.raster.dem.static_layers` puts the layers onto a scene's grid, resampled once (slope and aspect computed on the
+DEM's own grid in metres first). Here they are written as one uint16 GeoTIFF a scene, on the scene's grid and on the
+Copernicus DEM's store scales (`eoscale.sensors.copdem.STORE_SCALE`: elevation at 0.1 m from -1000 m, slope at 0.01°,
+the aspect's sine and cosine at 0.0001; 0 where the DEM has no height), and appended to the scene as `BandFile`s named
+`ELEVATION`, `SLOPE`, `ASPECT_SIN`, `ASPECT_COS` (the layer `aspect` is the last two: an angle stored as degrees splits
+north at the wrap). The ingest then cuts, counts and normalises them as any band: each has its own statistics in the
+store, the store's band list and a checkpoint's contract carry them, and `predict --static` adds the same layers to the
+scenes it maps, `ASPECT` in degrees for a checkpoint trained on a store from before. A static band says nothing of where
+a scene holds data (`BandFile.static`): the scene's own bands decide its validity, as without them.
 
 The files live where the command's work lives (an ingest's `<output>.partial/progress/static/`, `eoscale.ingest.static`;
 a prediction's temporary folder) and are written atomically, so a resumed ingest reuses those of its earlier run. Before any is
@@ -136,8 +136,9 @@ def with_static_layers(scenes: list[Scene], dem: str | list[str], folder: Path, 
 def predict_static_layers(scenes: list[Scene], dems: list[str] | None, needed: list[str], *,
                           accept_datum: str | None = None) -> list[Scene]:
     """`predict --static`: `scenes` with the static layers a checkpoint was trained with (`needed`, its contract's
-    static bands: `ASPECT` in degrees for one trained on a store from before), from `dems`, in a temporary folder removed when the process exits. A checkpoint that needs them
-    without `dems`, or `dems` for one that needs none, is a one-line error."""
+    static bands: `ASPECT` in degrees for one trained on a store from before), from `dems`, in a temporary folder
+    removed when the process exits. A checkpoint that needs them without `dems`, or `dems` for one that needs none, is
+    a one-line error."""
     if needed and not dems:
         raise InputError(f"the checkpoint was trained with static layers {', '.join(needed)} (ingest --static): give "
                          f"the DEM covering the scenes with --static DEM.tif")
@@ -153,5 +154,6 @@ def predict_static_layers(scenes: list[Scene], dems: list[str] | None, needed: l
                               accept_datum=accept_datum)
 
 
-__all__ = ["DEFAULT_LAYERS", "LAYER_NAMES", "OLDER_LAYERS", "STATIC_LAYERS", "as_dems", "check_dem", "covers", "dem_for", "layer_file", "parse_layers",
-           "predict_static_layers", "static_bands", "with_static_layers", "write_layers"]
+__all__ = ["DEFAULT_LAYERS", "LAYER_NAMES", "OLDER_LAYERS", "STATIC_LAYERS", "as_dems", "check_dem", "covers",
+           "dem_for", "layer_file", "parse_layers", "predict_static_layers", "static_bands", "with_static_layers",
+           "write_layers"]

@@ -29,7 +29,7 @@ _LAYERS = (
     Band(SLOPE, None, None, 30.0, "slope (degrees from horizontal)"),
     Band(ASPECT_SIN, None, None, 30.0, "sine of the aspect (+1 facing east, -1 west; 0 on flat ground)"),
     Band(ASPECT_COS, None, None, 30.0, "cosine of the aspect (+1 facing north, -1 south; 0 on flat ground)"),
-    Band(ASPECT, None, None, 30.0, "aspect (degrees clockwise from north, the direction the slope faces; older stores)"),
+    Band(ASPECT, None, None, 30.0, "aspect (degrees clockwise from north, the way the slope faces; older stores)"),
 )
 NODATA = -32767.0  # Copernicus DEM's nodata (ocean-filled tiles carry 0, not nodata)
 VERTICAL_DATUM = "EGM2008"

@@ -149,7 +149,8 @@ FIELD = (64, 80)  # a speckled field of 20 m pixels
 FIELD_TRANSFORM = Affine(20.0, 0.0, 300_000.0, 0.0, -20.0, 5_650_000.0)
 
 
-def _field_files(folder, *, unit: str, power: list[np.ndarray], nodata: float | None = 0.0, stated: bool = False) -> str:
+def _field_files(folder, *, unit: str, power: list[np.ndarray], nodata: float | None = 0.0,
+                 stated: bool = False) -> str:
     """`folder` holding vv.tif and vh.tif of `power` at 20 m (EPSG:32632): as it is (`unit` linear) or in dB (nodata
     kept); the band unit stated, or left for the values to say."""
     folder.mkdir(parents=True)

@@ -106,8 +106,8 @@ def band_file(pol: Polarisation, item: str) -> tuple[BandFile, dict]:
     scale = stated or shown
     if scale is None:
         raise InputError(f"{item}: cannot tell whether {pol.band} ({pol.path}) is linear power or dB (no unit stated, "
-                         f"values neither all above -1 and mostly below 1 nor mostly negative): state it in raster:bands unit or the band's "
-                         f"unit type ('linear' or 'dB')")
+                         f"values neither all above -1 and mostly below 1 nor mostly negative): state it in raster:bands "
+                         f"unit or the band's unit type ('linear' or 'dB')")
     decode = "power_db" if scale == LINEAR else "db"
     record = {"source": pol.source, "file": scale, "from": "metadata" if stated else "values",
               **({"values": shown} if shown else {})}
