@@ -192,6 +192,8 @@ def parse_date(text: str | None) -> dt.date | None:
     text = (text or "").strip().strip('"')
     if text[4:5] == ":" and text[7:8] == ":":  # TIFF's DateTime: YYYY:MM:DD HH:MM:SS
         text = text[:10].replace(":", "-") + text[10:]
+    if len(text) == 11 and text[-1] in "zZ":  # a day in UTC: 2024-06-12Z
+        text = text[:10]
     try:
         return utc_date(dt.datetime.fromisoformat(text))
     except ValueError:

@@ -80,6 +80,7 @@ def test_a_plain_geotiff_is_dated_by_its_acquisition_tag_only(layouts, tmp_path)
     ("2024-06-12T10:30:31.024Z", dt.date(2024, 6, 12)),  # SAFE PRODUCT_START_TIME
     ("2024-06-12T23:59:59.9999999Z", dt.date(2024, 6, 12)),  # seven decimals, as Landsat's SCENE_CENTER_TIME
     ("2024-06-12", dt.date(2024, 6, 12)),  # Landsat DATE_ACQUIRED, a dates CSV
+    ("2024-06-12Z", dt.date(2024, 6, 12)),
     ("2024:06:12 10:30:31", dt.date(2024, 6, 12)),  # TIFF's DateTime form
     ("2024-06-12T10:30:31", dt.date(2024, 6, 12)),  # no offset: taken as UTC
     ("", None), ("June 12", None), ("2024-13-01", None),
