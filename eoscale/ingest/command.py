@@ -71,8 +71,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-units", metavar="UNITS", help="the units of --targets (e.g. m)")
     parser.add_argument("--static", nargs="+", metavar="DEM",
                         help="DEM files (Copernicus DEM COGs, or a VRT of tiles), one covering each scene: its elevation, slope "
-                             "and aspect become extra bands ELEVATION, SLOPE, ASPECT on each scene's grid (slope and "
-                             "aspect computed on the DEM's grid in metres, resampled once), with their own statistics")
+                             "and aspect become extra bands ELEVATION, SLOPE, ASPECT_SIN, ASPECT_COS on each "
+                             "scene's grid (slope and aspect computed on the DEM's grid in metres, resampled once; "
+                             "aspect as its sine and cosine), with their own statistics")
     parser.add_argument("--static-layers", default="elevation,slope,aspect", metavar="elevation,slope,aspect",
                         help="which layers of --static to add (default: %(default)s)")
     parser.add_argument("--dem-datum", metavar="NAME",

@@ -47,7 +47,7 @@ from eoscale.ingest.series import (
 )
 from eoscale.ingest.series_writer import write_series_shard
 from eoscale.ingest.skeleton import CODECS, create_skeleton
-from eoscale.ingest.static import add_static_layers, static_parameters
+from eoscale.ingest.static import DEFAULT_LAYERS, add_static_layers, static_parameters
 from eoscale.ingest.stats import borrowed_statistics, statistics_from_histograms
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
@@ -125,7 +125,7 @@ def ingest(
     max_dates: int | None = None,
     composite: str | None = None,
     static: str | list[str] | None = None,
-    static_layers: tuple[str, ...] = ("ELEVATION", "SLOPE", "ASPECT"),
+    static_layers: tuple[str, ...] = DEFAULT_LAYERS,
     dem_datum: str | None = None,
     reference_sensor: str | None = None,
     statistics_from: str | None = None,

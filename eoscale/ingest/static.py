@@ -1,4 +1,5 @@
-"""`ingest --static DEM`: a DEM's elevation, slope and aspect as extra bands of the store (`eoscale.raster.static`).
+"""`ingest --static DEM`: a DEM's elevation, slope and aspect (its sine and cosine) as extra bands of the store
+(`eoscale.raster.static`).
 
 The layer files are written into the ingest's work folder (`<output>.partial/progress/static/`), so they are removed
 with it and a resumed ingest reuses them; the DEM enters the ingest's fingerprint as an input file (its path, size and
@@ -37,4 +38,4 @@ def add_static_layers(scenes: list[Scene], dem: str | list[str], progress_dir: P
     return with_static_layers(scenes, dem, Path(progress_dir) / FOLDER, layers=layers, accept_datum=accept_datum)
 
 
-__all__ = ["FOLDER", "add_static_layers", "static_parameters"]
+__all__ = ["DEFAULT_LAYERS", "FOLDER", "add_static_layers", "static_parameters"]

@@ -1,11 +1,14 @@
-"""Static layers from a DEM onto a grid: elevation, slope and aspect, resampled once.
+"""Static layers from a DEM onto a grid: elevation, slope and aspect (as its sine and cosine), resampled once.
 
 A DEM (a Copernicus DEM GLO-30/GLO-90 COG, `eoscale.sensors.copdem`, or any single-band float heights in metres) is
 read over the grid's footprint with a margin. Slope and aspect are computed on the DEM's own grid, in metres: a
 geographic DEM's pixel is `Δφ·M(φ)` tall and `Δλ·N(φ)·cos φ` wide on the WGS84 ellipsoid (M and N its radii of
-curvature), row by row, so a 1.5″ × 1″ GLO-30 pixel at 51° N is 29 m × 31 m, not square degrees. The three layers are
-then resampled onto the grid: elevation and slope bilinearly, aspect through its sine and cosine (an angle: 359° and
-1° average to 0°, not 180°). Where the DEM has no data (its nodata, -32767 for Copernicus DEM) the layers are NaN.
+curvature), row by row, so a 1.5″ × 1″ GLO-30 pixel at 51° N is 29 m × 31 m, not square degrees. The layers are
+then resampled onto the grid bilinearly: elevation, slope, and aspect as its sine and cosine (`ASPECT_SIN`,
+`ASPECT_COS`: an angle, whose 359° and 1° are neighbours; flat ground, which faces nowhere, is (0, 0)). Stores and
+checkpoints from before hold `ASPECT` in degrees, which is still computed on request: the angle of the resampled sine
+and cosine (359° and 1° average to 0°, not 180°; flat ground at 180°, as then). Where the DEM has no data (its nodata,
+-32767 for Copernicus DEM) the layers are NaN.
 
 Heights are only comparable on one vertical datum. Copernicus DEM heights are above the EGM2008 geoid and its files
 say nothing of it; a DEM whose file notes another datum (a compound CRS's vertical part, or a `VERTICAL_DATUM` tag:
@@ -29,7 +32,7 @@ from rasterio.windows import Window, from_bounds
 
 from eoscale.errors import InputError
 from eoscale.raster.scene import check_crs, open_raster
-from eoscale.sensors.copdem import ASPECT, ELEVATION, SLOPE, VERTICAL_DATUM
+from eoscale.sensors.copdem import ASPECT, ASPECT_COS, ASPECT_SIN, ELEVATION, SLOPE, VERTICAL_DATUM
 
 WGS84_A, WGS84_F = 6_378_137.0, 1 / 298.257223563
 MARGIN_PX = 2  # DEM pixels read around the footprint: slope needs its neighbours, bilinear its own
@@ -108,9 +111,19 @@ def slope_aspect(heights: np.ndarray, transform: Affine, crs: CRS) -> tuple[np.n
     return slope.astype(np.float32), aspect.astype(np.float32)
 
 
+def aspect_components(slope: np.ndarray, aspect: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sine, cosine) of `aspect` (degrees), both 0 where `slope` is 0 (flat ground faces nowhere), NaN where NaN."""
+    radians = np.radians(aspect.astype(np.float64))
+    flat = slope == 0
+    return (np.where(flat, 0.0, np.sin(radians)).astype(np.float32),
+            np.where(flat, 0.0, np.cos(radians)).astype(np.float32))
+
+
 def static_layers(path: str, *, crs: CRS, transform: Affine, width: int, height: int,
-                  layers: tuple[str, ...] = (ELEVATION, SLOPE, ASPECT), accept_datum: str | None = None) -> StaticLayers:
-    """`layers` of the DEM at `path` on the grid (`crs`, `transform`, `width` × `height`), NaN where it has no data."""
+                  layers: tuple[str, ...] = (ELEVATION, SLOPE, ASPECT_SIN, ASPECT_COS),
+                  accept_datum: str | None = None) -> StaticLayers:
+    """`layers` of the DEM at `path` on the grid (`crs`, `transform`, `width` × `height`), NaN where it has no data:
+    `ELEVATION`, `SLOPE`, `ASPECT_SIN`, `ASPECT_COS`, and `ASPECT` in degrees (older stores' and checkpoints')."""
     datum = check_datum(path, accept_datum=accept_datum)
     with open_raster(path) as src:
         check_crs(path, src.crs)
@@ -124,16 +137,18 @@ def static_layers(path: str, *, crs: CRS, transform: Affine, width: int, height:
     if not np.isfinite(heights).any():
         raise InputError(f"DEM {path!r} holds no heights under the grid: give the DEM tile(s) that cover it")
     native_layers = {ELEVATION: heights}
-    if SLOPE in layers or ASPECT in layers:
+    if {SLOPE, ASPECT_SIN, ASPECT_COS, ASPECT} & set(layers):
         slope, aspect = slope_aspect(heights, native, dem_crs)
         native_layers[SLOPE] = slope
-        native_layers[ASPECT + "_sin"], native_layers[ASPECT + "_cos"] = (np.sin(np.radians(aspect)),
-                                                                           np.cos(np.radians(aspect)))
+        native_layers[ASPECT_SIN], native_layers[ASPECT_COS] = aspect_components(slope, aspect)
+        # the older band as it was computed: the angle of the unit vectors, flat ground included
+        radians = np.radians(aspect)
+        native_layers["degrees_sin"], native_layers["degrees_cos"] = np.sin(radians), np.cos(radians)
     out: dict[str, np.ndarray] = {}
     for name in layers:
         if name == ASPECT:
-            sin, cos = (_onto(native_layers[ASPECT + k], native, dem_crs, crs, transform, width, height)
-                        for k in ("_sin", "_cos"))
+            sin, cos = (_onto(native_layers[f"degrees_{k}"], native, dem_crs, crs, transform, width, height)
+                        for k in ("sin", "cos"))
             out[name] = (np.degrees(np.arctan2(sin, cos)) % 360.0).astype(np.float32)
         else:
             out[name] = _onto(native_layers[name], native, dem_crs, crs, transform, width, height)
@@ -154,5 +169,5 @@ def to_store_values(values: np.ndarray, scale: float, offset: float) -> np.ndarr
     return np.where(np.isfinite(values), stored, np.uint16(0))
 
 
-__all__ = ["StaticLayers", "check_datum", "noted_datum", "pixel_metres", "slope_aspect", "static_layers",
-           "to_store_values"]
+__all__ = ["StaticLayers", "aspect_components", "check_datum", "noted_datum", "pixel_metres", "slope_aspect",
+           "static_layers", "to_store_values"]

@@ -2,20 +2,24 @@
 the tile store holds uint16 (`eoscale.store.schema`). A `BandFile` whose `decode` is set is read as float and mapped
 here, as integer bands are mapped by their scale and offset in the reader:
 
-- `"float"`: store = value × scale + offset (decibels onto Sentinel-1's store scale, elevation onto the DEM's);
+- `"float"`: store = value × scale + offset (any float quantity on a store scale);
+- `"db"`: store = max(dB, floor) × scale + offset (decibels as users hold them, floored as linear power is); on
+  another grid the reader resamples such a file in linear power (`eoscale.raster.power_warp`) and maps it as
+  `"power_db"`;
 - `"power_db"`: store = 10·log10(power, floored) × scale + offset (linear σ0/γ0 power as the catalogues ship it).
 
-A valid pixel lands on 1…65535 (rounded, clipped); the file's nodata, NaN, and for power a value at or below 0 (no
-return: the fill of a GRD swath edge) land on the store's nodata.
+A valid pixel lands on 1…65535 (rounded, clipped). The file's nodata and NaN land on the store's nodata; nothing else
+does: power at or below 0 that is not the file's nodata (thermal-noise removal leaves small negative values over
+calm water) lands on the floor (`eoscale.sensors.sentinel1.DB_FLOOR`), so a water body is data, not a hole.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from eoscale.sensors.sentinel1 import power_to_db
+from eoscale.sensors.sentinel1 import DB_FLOOR, power_to_db
 
-DECODES = ("float", "power_db")
+DECODES = ("float", "db", "power_db")
 
 
 def to_store(values: np.ndarray, *, decode: str, scale: float, offset: float, file_nodata: float | None,
@@ -27,8 +31,10 @@ def to_store(values: np.ndarray, *, decode: str, scale: float, offset: float, fi
     missing = ~np.isfinite(values)
     if file_nodata is not None and np.isfinite(file_nodata):
         missing |= values == np.float32(file_nodata)
+    values = np.where(missing, np.float32(1.0), values)
     if decode == "power_db":
-        missing |= values <= 0
-        values = power_to_db(np.where(missing, 1.0, values))
-    mapped = np.rint(np.where(missing, 0.0, values) * np.float32(scale) + np.float32(offset))
+        values = power_to_db(values)
+    elif decode == "db":
+        values = np.maximum(values, np.float32(DB_FLOOR))
+    mapped = np.rint(values * np.float32(scale) + np.float32(offset))
     return np.where(missing, np.uint16(store_nodata), mapped.clip(1, 65535).astype(np.uint16))

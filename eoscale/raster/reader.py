@@ -15,7 +15,8 @@ nearest neighbour onto the reference grid, count as masked.
 Bands whose file values are not on the store's scale (`BandFile.scale`/`offset`: Sentinel-2 L2A from baseline 04.00)
 are mapped onto it as they are read; a valid pixel stays at least 1 (nodata is 0), nodata stays nodata. Float files
 (`BandFile.decode`: SAR backscatter, terrain layers) are read as float and mapped by `eoscale.raster.float_bands`, after
-resampling (a SAR band is resampled in linear power, then taken to decibels). A SAR scene's border noise
+resampling; a SAR band is resampled in linear power whatever its file holds (a file in decibels through
+`eoscale.raster.power_warp`), then taken to decibels. A SAR scene's border noise
 (`Scene.border_noise`) adds to the mask, decided on a halo around each window.
 
 A scene with other sensors' bands on its grid (`eoscale.raster.fused`: `BandFile.sensor`) is read as groups of bands,
@@ -39,6 +40,7 @@ from rasterio.windows import Window
 
 from eoscale.errors import InputError
 from eoscale.raster.float_bands import to_store
+from eoscale.raster.power_warp import PowerWarp
 from eoscale.raster.scene import Scene, nodata_of
 
 
@@ -78,8 +80,8 @@ def has_mask_band(src: rasterio.io.DatasetReader) -> bool:
     return any(MaskFlags.per_dataset in flags or MaskFlags.alpha in flags for flags in src.mask_flag_enums)
 
 
-def on_grid_file(dataset: rasterio.io.DatasetReader | WarpedVRT) -> bool:
-    return not isinstance(dataset, WarpedVRT)
+def on_grid_file(dataset: rasterio.io.DatasetReader | WarpedVRT | PowerWarp) -> bool:
+    return not isinstance(dataset, WarpedVRT | PowerWarp)
 
 
 # GDAL's block cache per process (default: 5 % of the machine's memory, ~1.2 GB here, filled by a large scene
@@ -104,13 +106,15 @@ class SceneReader:
 
     def __init__(self, scene: Scene, *, resampling: Resampling = Resampling.bilinear) -> None:
         self.scene = scene
-        self._datasets: dict[str, rasterio.io.DatasetReader | WarpedVRT] = {}
+        self._datasets: dict[str, rasterio.io.DatasetReader | WarpedVRT | PowerWarp] = {}
         self._files: list[rasterio.io.DatasetReader] = []
         # path -> [(position in the output, band index in the file)]
         self._reads: dict[str, list[tuple[int, int]]] = defaultdict(list)
         self._linear = [(p, b.scale, b.offset) for p, b in enumerate(scene.bands)
                         if (b.scale, b.offset) != (1.0, 0.0) and not b.decode]
         self._float_paths = {b.path for b in scene.bands if b.decode}
+        decibels = {b.path for b in scene.bands if b.decode == "db"}
+        self._power_paths: set[str] = set()  # files in decibels read through a `PowerWarp`: linear power
         for position, band in enumerate(scene.bands):
             self._reads[band.path].append((position, band.index))
         for path in self._reads:
@@ -121,18 +125,25 @@ class SceneReader:
                 and src.transform.almost_equals(scene.transform)
                 and (src.width, src.height) == (scene.width, scene.height)
             )
-            self._datasets[path] = src if on_grid else WarpedVRT(
-                src,
-                crs=scene.crs,
-                transform=scene.transform,
-                width=scene.width,
-                height=scene.height,
-                resampling=resampling,
-                # the file's nodata (0 where it declares none, as Sentinel-2's JPEG 2000 bands) takes no part in the
-                # resampling: else bilinear blends 0 into the pixels beside a nodata edge
-                src_nodata=nodata_of(src),
-                nodata=scene.nodata,
-            )
+            if on_grid:
+                self._datasets[path] = src
+            elif path in decibels:  # averaged in linear power, not in dB (`eoscale.raster.power_warp`)
+                self._datasets[path] = PowerWarp(src, crs=scene.crs, transform=scene.transform, width=scene.width,
+                                                 height=scene.height, resampling=resampling, src_nodata=nodata_of(src))
+                self._power_paths.add(path)
+            else:
+                self._datasets[path] = WarpedVRT(
+                    src,
+                    crs=scene.crs,
+                    transform=scene.transform,
+                    width=scene.width,
+                    height=scene.height,
+                    resampling=resampling,
+                    # the file's nodata (0 where it declares none, as Sentinel-2's JPEG 2000 bands) takes no part in
+                    # the resampling: else bilinear blends 0 into the pixels beside a nodata edge
+                    src_nodata=nodata_of(src),
+                    nodata=scene.nodata,
+                )
         # which files say where they hold data with a mask band, and the nodata value of the others' bands
         # (a resampled file: the VRT's nodata, which the warper also writes where the file's mask says none)
         # a static layer's file (a DEM's, `BandFile.static`) takes no part: the scene's own bands say where it has data
@@ -150,8 +161,10 @@ class SceneReader:
                             and has_mask_band(self._datasets[p])]
         self._nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p]) else float(scene.nodata)
                         for p in self._reads if p not in self._mask_paths and p not in static}
-        # a float file's own nodata (what `to_store` maps onto the store's); its store pixels are compared with that
-        self._file_nodata = {p: self._datasets[p].nodata for p in self._float_paths}
+        # a float file's own nodata (what `to_store` maps onto the store's: 0 where it declares none, as for any file;
+        # a resampled file's is the VRT's); its store pixels are compared with the store's nodata
+        self._file_nodata = {p: nodata_of(self._datasets[p]) if on_grid_file(self._datasets[p])
+                             else self._datasets[p].nodata for p in self._float_paths}
         self._nodata.update({p: float(scene.nodata) for p in self._float_paths if p in self._nodata})
         self._classes: WarpedVRT | None = None
         if scene.class_mask is not None:
@@ -169,7 +182,7 @@ class SceneReader:
 
     def close(self) -> None:
         for ds in [*self._datasets.values(), self._classes]:
-            if isinstance(ds, WarpedVRT):
+            if ds is not None and not on_grid_file(ds):
                 ds.close()
         for src in self._files:
             src.close()
@@ -206,7 +219,8 @@ class SceneReader:
 
     def _float_to_store(self, position: int, values: np.ndarray) -> np.ndarray:
         band = self.scene.bands[position]
-        return to_store(values, decode=band.decode, scale=band.scale, offset=band.offset,
+        decode = "power_db" if band.path in self._power_paths else band.decode
+        return to_store(values, decode=decode, scale=band.scale, offset=band.offset,
                         file_nodata=self._file_nodata[band.path], store_nodata=self.scene.nodata)
 
     def _border_noise(self, row_off: int, col_off: int, height: int, width: int) -> np.ndarray:
@@ -306,7 +320,7 @@ class SceneReader:
         """The first band that lies on the reference grid (read without resampling), shape (y, x): the whole of
         it, or `window`."""
         for position, band in enumerate(self.scene.bands):
-            if not band.static and not _other(self.scene, band) and not isinstance(self._datasets[band.path], WarpedVRT):
+            if not band.static and not _other(self.scene, band) and on_grid_file(self._datasets[band.path]):
                 return self.read_band(position, window)
         return self.read_band(0, window)
 

@@ -81,7 +81,8 @@ class Scene:
     class_mask: ClassMask | None = None
     band_map: tuple[tuple[str, str], ...] = ()  # (the file's band, the name it was given) under --band-map
     skipped: tuple[str, ...] = ()  # files beside the bands that hold no band
-    date: dt.date | None = None  # SAFE PRODUCT_START_TIME, Landsat DATE_ACQUIRED, STAC datetime, a TIFF date tag
+    # its UTC day: SAFE PRODUCT_START_TIME, Landsat DATE_ACQUIRED, STAC datetime, a GeoTIFF's ACQUISITIONDATETIME
+    date: dt.date | None = None
     acquisition: dict | None = None  # how it was seen, where the product says (a SAR scene's orbit direction, …)
     border_noise: BorderNoise | None = None  # a SAR swath's edge strip, masked (`eoscale.raster.border_noise`)
     # the other sensors' scenes warped onto this one's grid (`eoscale.raster.fused`): per sensor, which scene, its
@@ -177,29 +178,37 @@ def nodata_of(src: rasterio.io.DatasetReader) -> float:
     return float(src.nodata) if src.nodata is not None else 0.0
 
 
-def parse_date(text: str | None) -> dt.date | None:
-    """The date of a metadata time stamp (ISO 8601 `2024-06-12T10:30:31.024Z`, `2024-06-12`, or TIFF's
-    `2024:06:12 10:30:31`); None for none or one that is not a date."""
-    text = (text or "").strip().strip('"')
-    if len(text) < 10:
+def utc_date(when: dt.datetime | None) -> dt.date | None:
+    """The UTC day of a time stamp (one without an offset is taken as UTC); None for none."""
+    if when is None:
         return None
-    head = text[:10]
-    if head[4:5] == ":" and head[7:8] == ":":  # TIFF's DateTime: YYYY:MM:DD HH:MM:SS
-        head = head.replace(":", "-")
+    return (when.astimezone(dt.UTC) if when.tzinfo is not None else when).date()
+
+
+def parse_date(text: str | None) -> dt.date | None:
+    """The UTC date of a metadata time stamp: ISO 8601 with or without its time and UTC offset
+    (`2024-06-10T23:30:00-02:00` is 2024-06-11, `2024-06-12T10:30:31.024Z`, `2024-06-12`), or TIFF's
+    `2024:06:12 10:30:31`; None for none or one that is not a date."""
+    text = (text or "").strip().strip('"')
+    if text[4:5] == ":" and text[7:8] == ":":  # TIFF's DateTime: YYYY:MM:DD HH:MM:SS
+        text = text[:10].replace(":", "-") + text[10:]
+    if len(text) == 11 and text[-1] in "zZ":  # a day in UTC: 2024-06-12Z
+        text = text[:10]
     try:
-        return dt.date.fromisoformat(head)
+        return utc_date(dt.datetime.fromisoformat(text))
     except ValueError:
         return None
 
 
 def tiff_date(src: rasterio.io.DatasetReader) -> dt.date | None:
-    """A raster's acquisition date from its tags: GDAL's IMAGERY ACQUISITIONDATETIME, else TIFFTAG_DATETIME; None
-    without either (a file's modification time is never taken for it)."""
+    """A raster's acquisition date from its tags: GDAL's ACQUISITIONDATETIME (IMAGERY domain, else the default one);
+    None without it. Neither a file's modification time nor its TIFFTAG_DATETIME (when the file was written) is an
+    acquisition date: no date is better than a wrong one."""
     try:
         imagery, default = src.tags(ns="IMAGERY"), src.tags()
     except Exception:  # noqa: BLE001 - a driver without tag domains: no date
         return None
-    for text in (imagery.get("ACQUISITIONDATETIME"), default.get("ACQUISITIONDATETIME"), default.get("TIFFTAG_DATETIME")):
+    for text in (imagery.get("ACQUISITIONDATETIME"), default.get("ACQUISITIONDATETIME")):
         date = parse_date(text)
         if date is not None:
             return date

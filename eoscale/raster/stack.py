@@ -64,7 +64,8 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
             raise InputError(
                 f"scene {scene.id!r} ({scene.paths[0] if scene.paths else '?'}) states no acquisition date in its "
                 f"metadata, and a model of {steps} dates needs each scene's: give products with dates (SAFE, Landsat "
-                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag"
+                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag (a TIFFTAG_DATETIME is when the file "
+                f"was written, not taken for one)"
             )
         places[_grid_key(scene)].append(scene)
     stacks = []

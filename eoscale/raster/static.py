@@ -1,13 +1,14 @@
 """Static layers as extra bands of a scene: a DEM's elevation, slope and aspect on each scene's grid (`--static`).
 
-`eoscale.raster.dem.static_layers` puts the layers onto a scene's grid, resampled once (slope and aspect computed on
-the DEM's own grid in metres first). Here they are written as one uint16 GeoTIFF a scene, on the scene's grid and on
-the Copernicus DEM's store scales (`eoscale.sensors.copdem.STORE_SCALE`: elevation at 0.1 m from -1000 m, slope and
-aspect at 0.01°; 0 where the DEM has no height), and appended to the scene as `BandFile`s named `ELEVATION`, `SLOPE`,
-`ASPECT`. The ingest then cuts, counts and normalises them as any band: each has its own statistics in the store,
-the store's band list and a checkpoint's contract carry them, and `predict --static` adds the same layers to the
-scenes it maps. A static band says nothing of where a scene holds data (`BandFile.static`): the scene's own bands
-decide its validity, as without them.
+`eoscale.raster.dem.static_layers` puts the layers onto a scene's grid, resampled once (slope and aspect computed on the
+DEM's own grid in metres first). Here they are written as one uint16 GeoTIFF a scene, on the scene's grid and on the
+Copernicus DEM's store scales (`eoscale.sensors.copdem.STORE_SCALE`: elevation at 0.1 m from -1000 m, slope at 0.01°,
+the aspect's sine and cosine at 0.0001; 0 where the DEM has no height), and appended to the scene as `BandFile`s named
+`ELEVATION`, `SLOPE`, `ASPECT_SIN`, `ASPECT_COS` (the layer `aspect` is the last two: an angle stored as degrees splits
+north at the wrap). The ingest then cuts, counts and normalises them as any band: each has its own statistics in the
+store, the store's band list and a checkpoint's contract carry them, and `predict --static` adds the same layers to the
+scenes it maps, `ASPECT` in degrees for a checkpoint trained on a store from before. A static band says nothing of where
+a scene holds data (`BandFile.static`): the scene's own bands decide its validity, as without them.
 
 The files live where the command's work lives (an ingest's `<output>.partial/progress/static/`, `eoscale.ingest.static`;
 a prediction's temporary folder) and are written atomically, so a resumed ingest reuses those of its earlier run. Before any is
@@ -28,28 +29,31 @@ from rasterio.warp import transform_bounds
 from eoscale.errors import InputError, InputNotFoundError
 from eoscale.raster.dem import check_datum, static_layers, to_store_values
 from eoscale.raster.scene import BandFile, Scene, check_crs, open_raster
-from eoscale.sensors.copdem import ASPECT, ELEVATION, SLOPE, STORE_SCALE
+from eoscale.sensors.copdem import ASPECT, ASPECT_COS, ASPECT_SIN, ELEVATION, SLOPE, STORE_SCALE
 
-STATIC_LAYERS = (ELEVATION, SLOPE, ASPECT)
+STATIC_LAYERS = (ELEVATION, SLOPE, ASPECT_SIN, ASPECT_COS)  # the bands an ingest writes
+OLDER_LAYERS = (ASPECT,)  # bands of stores and checkpoints from before, still computed for them
 DEFAULT_LAYERS = STATIC_LAYERS
+# `--static-layers` names: a layer is one band, or aspect its two
+LAYER_NAMES = {"elevation": (ELEVATION,), "slope": (SLOPE,), "aspect": (ASPECT_SIN, ASPECT_COS)}
 
 
 def parse_layers(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
-    """`--static-layers elevation,slope` as layer names in the order given (default: all three)."""
+    """`--static-layers elevation,slope,aspect` as band names in the order given (aspect: `ASPECT_SIN`,
+    `ASPECT_COS`; default: all)."""
     if text is None:
         return DEFAULT_LAYERS
     names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
-    layers = tuple(dict.fromkeys(n.upper() for n in names if n.strip()))
-    unknown = [n for n in layers if n not in STATIC_LAYERS]
-    if not layers or unknown:
-        raise InputError(f"--static-layers {text!r}: choose among {','.join(n.lower() for n in STATIC_LAYERS)} "
-                         f"(e.g. elevation,slope)")
-    return layers
+    names = [n.lower() for n in names if n.strip()]
+    unknown = [n for n in names if n not in LAYER_NAMES and n.upper() not in STATIC_LAYERS]
+    if not names or unknown:
+        raise InputError(f"--static-layers {text!r}: choose among {','.join(LAYER_NAMES)} (e.g. elevation,slope)")
+    return tuple(dict.fromkeys(b for n in names for b in LAYER_NAMES.get(n, (n.upper(),))))
 
 
 def static_bands(bands: list[str] | tuple[str, ...]) -> list[str]:
-    """Which of `bands` (a store's, a contract's) are static layers."""
-    return [b for b in bands if b.upper() in STATIC_LAYERS]
+    """Which of `bands` (a store's, a contract's) are static layers (an older store's `ASPECT` in degrees too)."""
+    return [b for b in bands if b.upper() in STATIC_LAYERS + OLDER_LAYERS]
 
 
 def check_dem(dem: str, *, accept_datum: str | None = None) -> str:
@@ -115,7 +119,7 @@ def with_static_layers(scenes: list[Scene], dem: str | list[str], folder: Path, 
     for path in dems:
         check_dem(path, accept_datum=accept_datum)
     chosen = [dem_for(scene, dems) for scene in scenes]
-    clash = [(s.id, n) for s in scenes for n in s.band_names if n.upper() in STATIC_LAYERS]
+    clash = [(s.id, n) for s in scenes for n in s.band_names if n.upper() in STATIC_LAYERS + OLDER_LAYERS]
     if clash:
         raise InputError(f"scene {clash[0][0]!r} already has a band {clash[0][1]!r}: leave out --static, or its band")
     folder.mkdir(parents=True, exist_ok=True)
@@ -132,8 +136,9 @@ def with_static_layers(scenes: list[Scene], dem: str | list[str], folder: Path, 
 def predict_static_layers(scenes: list[Scene], dems: list[str] | None, needed: list[str], *,
                           accept_datum: str | None = None) -> list[Scene]:
     """`predict --static`: `scenes` with the static layers a checkpoint was trained with (`needed`, its contract's
-    static bands), from `dems`, in a temporary folder removed when the process exits. A checkpoint that needs them
-    without `dems`, or `dems` for one that needs none, is a one-line error."""
+    static bands: `ASPECT` in degrees for one trained on a store from before), from `dems`, in a temporary folder
+    removed when the process exits. A checkpoint that needs them without `dems`, or `dems` for one that needs none, is
+    a one-line error."""
     if needed and not dems:
         raise InputError(f"the checkpoint was trained with static layers {', '.join(needed)} (ingest --static): give "
                          f"the DEM covering the scenes with --static DEM.tif")
@@ -149,5 +154,6 @@ def predict_static_layers(scenes: list[Scene], dems: list[str] | None, needed: l
                               accept_datum=accept_datum)
 
 
-__all__ = ["DEFAULT_LAYERS", "STATIC_LAYERS", "as_dems", "check_dem", "covers", "dem_for", "layer_file", "parse_layers",
-           "predict_static_layers", "static_bands", "with_static_layers", "write_layers"]
+__all__ = ["DEFAULT_LAYERS", "LAYER_NAMES", "OLDER_LAYERS", "STATIC_LAYERS", "as_dems", "check_dem", "covers",
+           "dem_for", "layer_file", "parse_layers", "predict_static_layers", "static_bands", "with_static_layers",
+           "write_layers"]

@@ -5,8 +5,10 @@
 A radar band is no reflectance: it is backscatter, the power returned per unit area, either σ0 (normalised by the area
 on the ellipsoid: GRD products calibrated with their sigmaNought LUT) or γ0 (normalised by the area seen from the
 sensor, terrain-flattened: RTC products). The catalogues distribute it as linear power (float32, ≥ 0, mostly below 1);
-users often hold it in decibels (float32, mostly negative). eoscale takes decibels: 10·log10(power), floored at
-`DB_FLOOR` (a pixel at 0 power has no finite dB), and stores them as uint16 on `DB_STORE` (store = dB × 100 + 10,000,
+users often hold it in decibels (float32, mostly negative). eoscale resamples it in linear power (an average of
+decibels over speckle sits below the decibels of the average power) and then takes decibels: 10·log10(power), floored
+at `DB_FLOOR` (a pixel at 0 power has no finite dB; thermal-noise removal leaves small negative power over calm water,
+which is data at the floor, not nodata), and stores them as uint16 on `DB_STORE` (store = dB × 100 + 10,000,
 so −100…+555 dB at 0.01 dB steps; 0 stays nodata), so the tile store keeps its one pixel type. What a store holds is
 recorded with each scene (`radiometry`: units, scale and offset back to dB, where the values came from).
 """
@@ -51,7 +53,8 @@ STORE_PER_DB, STORE_AT_0_DB = 100.0, 10_000.0  # store = dB × 100 + 10,000
 # below this within `BORDER_MARGIN_M` of nodata are taken as noise (calm water is above it in VV: about -25 dB)
 BORDER_NOISE_DB = -35.0
 BORDER_MARGIN_M = 500.0
-# Linear power is ≥ 0 and mostly below 1 (σ0 of land -25…0 dB is 0.003…1); decibels are mostly negative
+# Linear power is mostly below 1 (σ0 of land -25…0 dB is 0.003…1), ≥ 0 but for noise removal's small negative
+# residue; decibels are mostly negative
 LINEAR, DECIBELS = "linear", "dB"
 
 
@@ -67,13 +70,14 @@ def db_to_power(db: np.ndarray) -> np.ndarray:
 
 
 def scale_of_values(values: np.ndarray) -> str | None:
-    """Whether finite, non-zero backscatter `values` look linear (all ≥ 0, most below 1) or in dB (most negative);
-    None when they say neither (too few values, or a mix)."""
+    """Whether finite, non-zero backscatter `values` look linear (all above -1, most below 1: noise removal leaves
+    small negative power, decibels of land and water lie far below -1) or in dB (most negative); None when they say
+    neither (too few values, or a mix)."""
     values = np.asarray(values, np.float64)
     values = values[np.isfinite(values) & (values != 0)]
     if values.size < 16:
         return None
-    if values.min() >= 0 and np.mean(values < 1.0) >= 0.9:
+    if values.min() > -1.0 and np.mean(values < 1.0) >= 0.9:
         return LINEAR
     if np.mean(values < 0) >= 0.8:
         return DECIBELS

@@ -1,10 +1,12 @@
 """`eoscale predict --static`: a checkpoint trained on a store with a DEM's layers (`ingest --static`) maps scenes
-with the same layers added, into valid COGs; without --static it is refused in one line, nothing written."""
+with the same layers added, into valid COGs, one from before the aspect's sine and cosine with the aspect in degrees;
+without --static it is refused in one line, nothing written."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import rasterio
 import torch
@@ -13,10 +15,15 @@ from rio_cogeo.cogeo import cog_validate
 from eoscale.bands import SENTINEL2_NAMES
 from eoscale.cli import main
 from eoscale.contract import CONTRACT_KEY, BandContract
+from eoscale.raster.dem import static_layers, to_store_values
+from eoscale.raster.sources import open_scene
+from eoscale.raster.static import predict_static_layers
+from eoscale.sensors.copdem import STORE_SCALE
 from eoscale.synth import synthesize
 from tests.checkpoints import TABLE, TILE
 
-STATIC = ("ELEVATION", "SLOPE", "ASPECT")
+STATIC = ("ELEVATION", "SLOPE", "ASPECT_SIN", "ASPECT_COS")
+OLDER = ("ELEVATION", "SLOPE", "ASPECT")  # a checkpoint trained on a store from before: the aspect in degrees
 
 
 @pytest.fixture(scope="module")
@@ -25,27 +32,39 @@ def place(tmp_path_factory):
                       sensors=("s2", "dem"))
 
 
-@pytest.fixture(scope="module")
-def static_checkpoint(tmp_path_factory) -> Path:
-    """A checkpoint whose contract lists Sentinel-2's bands and the static layers, as a fit on such a store writes."""
+def _checkpoint(path: Path, static: tuple[str, ...]) -> Path:
+    """A checkpoint whose contract lists Sentinel-2's bands and `static`, as a fit on such a store writes."""
     from eoscale.train.task import SegmentationTask
 
-    bands = (*SENTINEL2_NAMES, *STATIC)
+    bands = (*SENTINEL2_NAMES, *static)
     task = SegmentationTask(backbone="test_resnet", decoder_channels=8, in_chans=len(bands), num_classes=len(TABLE),
                             img_size=TILE, init_seed=0)
     torch.manual_seed(0)
     network = task.configure_models()
-    mean = tuple([1500.0] * len(SENTINEL2_NAMES) + [11000.0, 300.0, 18000.0])
-    std = tuple([1000.0] * len(SENTINEL2_NAMES) + [200.0, 200.0, 10000.0])
+    layer_mean = {"ELEVATION": 11000.0, "SLOPE": 300.0, "ASPECT": 18000.0, "ASPECT_SIN": 20000.0, "ASPECT_COS": 20000.0}
+    layer_std = {"ELEVATION": 200.0, "SLOPE": 200.0, "ASPECT": 10000.0, "ASPECT_SIN": 7000.0, "ASPECT_COS": 7000.0}
+    mean = tuple([1500.0] * len(SENTINEL2_NAMES) + [layer_mean[n] for n in static])
+    std = tuple([1000.0] * len(SENTINEL2_NAMES) + [layer_std[n] for n in static])
     contract = BandContract(bands, mean, std, TILE, tuple(TABLE.to_records()), sensor="sentinel-2")
-    path = tmp_path_factory.mktemp("ckpt") / "static.ckpt"
     torch.save({"epoch": 0, "global_step": 1, "pytorch-lightning_version": "2.6.6",
                 "state_dict": {f"model.{k}": v for k, v in network.state_dict().items()},
                 "hyper_parameters": dict(task.hparams), CONTRACT_KEY: contract.to_dict()}, path)
     return path
 
 
-def test_predict_adds_the_static_layers_and_writes_valid_cogs(place, static_checkpoint, tmp_path):
+@pytest.fixture(scope="module")
+def static_checkpoint(tmp_path_factory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("ckpt") / "static.ckpt", STATIC)
+
+
+@pytest.fixture(scope="module")
+def older_checkpoint(tmp_path_factory) -> Path:
+    return _checkpoint(tmp_path_factory.mktemp("ckpt") / "older.ckpt", OLDER)
+
+
+@pytest.mark.parametrize("which", ["static_checkpoint", "older_checkpoint"])
+def test_predict_adds_the_static_layers_and_writes_valid_cogs(place, which, request, tmp_path):
+    static_checkpoint = request.getfixturevalue(which)
     dem = str(place.dem_items[0].with_suffix(".tif"))
     out = tmp_path / "maps"
     assert main(["predict", "--checkpoint", str(static_checkpoint), "--input", str(place.scene_paths[0]),
@@ -62,7 +81,7 @@ def test_a_checkpoint_with_static_layers_needs_the_dem(place, static_checkpoint,
     assert main(["predict", "--checkpoint", str(static_checkpoint), "--input", str(place.scene_paths[0]),
                  "--output", str(out), "--device", "cpu", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
-    assert "trained with static layers ELEVATION, SLOPE, ASPECT" in err and "--static" in err
+    assert "trained with static layers ELEVATION, SLOPE, ASPECT_SIN, ASPECT_COS" in err and "--static" in err
     assert len(err.splitlines()) == 1 and not (out.exists() and list(out.glob("*.tif")))
 
 
@@ -71,3 +90,19 @@ def test_static_for_a_checkpoint_without_them_is_refused(place, checkpoint, tmp_
     assert main(["predict", "--checkpoint", str(checkpoint), "--input", str(place.scene_paths[0]), "--static", dem,
                  "--output", str(tmp_path / "maps"), "--device", "cpu", "--no-progress"]) == 2
     assert "trained without static layers: leave out --static" in capsys.readouterr().err
+
+
+def test_an_older_checkpoints_aspect_is_computed_in_degrees(place):
+    # guards the compatibility half of issue 46 item 5 (passes on the old code too, by design): with the aspect stored
+    # as sine and cosine, a checkpoint trained on a store from before still gets the band it was trained with, ASPECT
+    # in degrees on its old store scale, computed as before
+    dem = str(place.dem_items[0].with_suffix(".tif"))
+    (scene,) = predict_static_layers([open_scene(str(place.scene_paths[0]))], [dem], list(OLDER))
+    assert scene.band_names[-3:] == list(OLDER)
+    band = scene.bands[-1]
+    with rasterio.open(band.path) as src:
+        stored = src.read(band.index)
+    expected = static_layers(dem, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
+                             layers=("ASPECT",)).layers["ASPECT"]
+    np.testing.assert_array_equal(stored, to_store_values(expected, *STORE_SCALE["ASPECT"][:2]))
+    assert stored.max() <= 36000 and np.ptp(stored) > 9000  # degrees at 0.01°, facing several ways

@@ -92,7 +92,8 @@ def test_one_sensor_keeps_no_sensors_record_and_a_dem_makes_two_groups(fused, tm
     dems = [str(p.with_suffix(".tif")) for p in fused.dem_items]
     assert _ingest(tmp_path / "dem.zarr", fused, "--stac", *map(str, fused.item_paths), "--static", *dems) == 0
     assert open_store(tmp_path / "dem.zarr").attrs[schema.ATTR_SENSORS] == [
-        {"name": "sentinel-2", "bands": S2}, {"name": "copdem", "bands": ["ELEVATION", "SLOPE", "ASPECT"]}]
+        {"name": "sentinel-2", "bands": S2}, {"name": "copdem", "bands": ["ELEVATION", "SLOPE", "ASPECT_SIN",
+                                                                      "ASPECT_COS"]}]
     assert _ingest(tmp_path / "all.zarr", fused, *_items(fused), "--static", *dems) == 0
     assert [g["name"] for g in open_store(tmp_path / "all.zarr").attrs[schema.ATTR_SENSORS]] == [
         "sentinel-2", "sentinel-1", "copdem"]

@@ -184,3 +184,27 @@ def test_a_failed_shard_leaves_no_scene_open_on_the_users_cluster(rasters, tmp_p
 def test_an_unreachable_scheduler_is_one_line(rasters, tmp_path, capsys):
     assert run_ingest(rasters, tmp_path / "x.zarr", "--scheduler", "tcp://127.0.0.1:9") == 2
     assert "cannot reach the Dask scheduler" in capsys.readouterr().err
+
+
+def test_a_tile_carries_its_scenes_utc_acquisition_day_never_the_files_writing_time(rasters, tmp_path):
+    # guards issue 46 item 3: an acquisition at 23:30 -02:00 is the next day in UTC (the offset was dropped), and a
+    # GeoTIFF's TIFFTAG_DATETIME (when the file was written) was taken for an acquisition date
+    scenes = tmp_path / "scenes"
+    scenes.mkdir()
+    for name, tags in (("scene0.tif", {"ns": "IMAGERY", "ACQUISITIONDATETIME": "2024-06-10T23:30:00-02:00"}),
+                       ("scene1.tif", {"TIFFTAG_DATETIME": "2021:07:04 10:00:00"})):
+        with rasterio.open(rasters / "scenes" / name) as src:
+            profile, pixels, descriptions = src.profile, src.read(), src.descriptions
+        with rasterio.open(scenes / name, "w", **profile) as dst:
+            dst.write(pixels)
+            dst.descriptions = descriptions
+            dst.update_tags(**tags)
+    out = tmp_path / "dated.zarr"
+    assert main(["ingest", "--scenes", str(scenes / "*.tif"), "--labels", str(rasters / "labels" / "*.tif"),
+                 "--classes", str(rasters / "classes.csv"), "--output", str(out), "--tile-size", "32",
+                 "--workers", "1", "--quiet"]) == 0
+    ds = open_store(out)
+    dates, scene = ds[schema.DATES].values[:, 0], ds[schema.SCENE].values
+    assert (scene == 0).any() and (scene == 1).any()
+    assert (dates[scene == 0].astype("datetime64[D]") == np.datetime64("2024-06-11")).all()
+    assert np.isnat(dates[scene == 1]).all()

@@ -1,6 +1,6 @@
-"""`eoscale ingest --static`: a DEM's elevation, slope and aspect as extra store bands with their own statistics,
-on each scene's grid; the scenes' own validity unchanged; a DEM that does not cover a scene or notes another vertical
-datum refused in one line, nothing written; Sentinel-1 beside Sentinel-2 one store of both."""
+"""`eoscale ingest --static`: a DEM's elevation, slope and aspect (its sine and cosine) as extra store bands with their
+own statistics, on each scene's grid; the scenes' own validity unchanged; a DEM that does not cover a scene or notes
+another vertical datum refused in one line, nothing written; Sentinel-1 beside Sentinel-2 one store of both."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def test_static_layers_are_bands_with_their_own_statistics(fused, tmp_path):
     assert _ingest(tmp_path / "static.zarr", fused, "--static", *_dems(fused)) == 0
     plain, static = open_store(tmp_path / "plain.zarr"), open_store(tmp_path / "static.zarr")
     names = static.attrs[schema.ATTR_BANDS]
-    assert names == plain.attrs[schema.ATTR_BANDS] + ["ELEVATION", "SLOPE", "ASPECT"]
+    assert names == plain.attrs[schema.ATTR_BANDS] + ["ELEVATION", "SLOPE", "ASPECT_SIN", "ASPECT_COS"]
     # the scenes' own bands decide which tiles are kept and which pixels hold data: the same store beside the layers
     np.testing.assert_array_equal(static[schema.IMAGES].values[:, :, :10], plain[schema.IMAGES].values)
     np.testing.assert_array_equal(static[schema.LABELS].values, plain[schema.LABELS].values)
     stats = static.attrs[schema.ATTR_STATISTICS]
-    assert len(stats["mean"]) == 13 and stats["mean"][:10] == plain.attrs[schema.ATTR_STATISTICS]["mean"]
+    assert len(stats["mean"]) == 14 and stats["mean"][:10] == plain.attrs[schema.ATTR_STATISTICS]["mean"]
     # the stored elevation is the DEM's, resampled once onto the first scene's grid (pixels without data aside)
     with rasterio.open(fused.scene_paths[0]) as src:
         grid = {"crs": src.crs, "transform": src.transform, "width": src.width, "height": src.height}
@@ -59,9 +59,12 @@ def test_static_layers_are_bands_with_their_own_statistics(fused, tmp_path):
         np.testing.assert_array_equal(stored[stored > 0], expected[r:r + t, c:c + t][stored > 0])
         assert (stored > 0).mean() > 0.5
     assert 0 < stats["mean"][11] * STORE_SCALE["SLOPE"][0] < 45  # slope in degrees
-    assert 0 <= stats["min"][12] and stats["max"][12] * STORE_SCALE["ASPECT"][0] <= 360  # 359.996 rounds to 360.00
+    for band, name in ((12, "ASPECT_SIN"), (13, "ASPECT_COS")):  # the aspect's sine and cosine, within -1…1
+        scale, offset, _ = STORE_SCALE[name]
+        assert -1 <= stats["min"][band] * scale + offset < stats["max"][band] * scale + offset <= 1
     record = static.attrs[schema.ATTR_INGEST]["static"]
-    assert record["layers"] == ["ELEVATION", "SLOPE", "ASPECT"] and record["vertical_datum"].startswith("EGM2008")
+    assert record["layers"] == ["ELEVATION", "SLOPE", "ASPECT_SIN", "ASPECT_COS"]
+    assert record["vertical_datum"].startswith("EGM2008") and record["scales"]["ASPECT_SIN"]["scale"] == 0.0001
     assert [r["role"] for r in static.attrs[schema.ATTR_INPUTS]].count("static") == 2
 
 

@@ -1,5 +1,6 @@
 """Static layers from a DEM (`eoscale.raster.dem`): slope in metres on a geographic grid, layers resampled once onto a
-scene's grid, aspect as an angle, and a DEM on another vertical datum refused unless the user names it."""
+scene's grid, aspect as its sine and cosine (older stores' degrees still computed), and a DEM on another vertical datum
+refused unless the user names it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from eoscale.errors import InputError
-from eoscale.raster.dem import check_datum, pixel_metres, slope_aspect, static_layers, to_store_values
+from eoscale.raster.dem import (
+    aspect_components,
+    check_datum,
+    pixel_metres,
+    slope_aspect,
+    static_layers,
+    to_store_values,
+)
+from eoscale.raster.static import parse_layers, static_bands
+from eoscale.sensors.copdem import STORE_SCALE
 from eoscale.synth import synthesize
 
 GEO = CRS.from_epsg(4326)
@@ -54,10 +64,15 @@ def test_layers_are_resampled_onto_a_utm_grid_with_nodata_kept(tmp_path):
     utm = CRS.from_epsg(32632)
     grid = Affine(10, 0, 290_000, 0, -10, 5_651_500)
     out = static_layers(str(tmp_path / "dem.tif"), crs=utm, transform=grid, width=200, height=200)
-    assert set(out.layers) == {"ELEVATION", "SLOPE", "ASPECT"} and out.datum.startswith("EGM2008")
+    assert set(out.layers) == {"ELEVATION", "SLOPE", "ASPECT_SIN", "ASPECT_COS"} and out.datum.startswith("EGM2008")
     slope = out.layers["SLOPE"]
     assert np.nanmedian(slope) == pytest.approx(np.degrees(np.arctan(0.05)), abs=0.1)
-    assert np.nanmedian(out.layers["ASPECT"]) == pytest.approx(270, abs=3)  # UTM north is a little off true north
+    # facing west: sine -1, cosine about 0 (UTM north is a little off true north)
+    assert np.nanmedian(out.layers["ASPECT_SIN"]) == pytest.approx(-1, abs=0.01)
+    assert np.nanmedian(out.layers["ASPECT_COS"]) == pytest.approx(0, abs=0.06)
+    older = static_layers(str(tmp_path / "dem.tif"), crs=utm, transform=grid, width=200, height=200, layers=("ASPECT",))
+    assert np.nanmedian(older.layers["ASPECT"]) == pytest.approx(270, abs=3)  # a store from before: degrees
+    assert (np.isfinite(older.layers["ASPECT"]) == np.isfinite(out.layers["ASPECT_SIN"])).all()
     assert np.isfinite(out.layers["ELEVATION"]).mean() > 0.5
 
 
@@ -81,3 +96,44 @@ def test_the_synthetic_dem_gives_layers_under_its_scene(tmp_path):
     assert 40 < np.mean(out.layers["ELEVATION"]) < 160 and np.max(out.layers["SLOPE"]) < 30
     stored = to_store_values(out.layers["ELEVATION"], 0.1, -1000.0)
     np.testing.assert_allclose(stored * 0.1 - 1000, out.layers["ELEVATION"], atol=0.051)
+
+
+def _facing(path, degrees: float) -> Affine:
+    """A geographic DEM at `path` of a plane that faces `degrees` (clockwise from north), 10 m down per 100 m."""
+    transform = Affine(1.5 * AS, 0, 6.0, 0, -AS, 51.0)
+    rows, cols = np.mgrid[0:30, 0:30]
+    width, height = pixel_metres(transform, GEO, 30)
+    east, north = cols * width[:, None], -rows * height[:, None]
+    theta = np.radians(degrees)
+    _write(path, 500 - 0.1 * (np.sin(theta) * east + np.cos(theta) * north), transform)
+    return transform
+
+
+def test_slopes_facing_359_and_1_degrees_are_neighbours_in_the_stored_aspect(tmp_path):
+    # guards issue 46 item 5: aspect was stored as 0-360 degrees, so two slopes facing 359° and 1° (both north) lay at
+    # the two ends of the band; as sine and cosine they are 0.035 apart, as the 2° between them
+    stored = {}
+    for degrees in (359.0, 1.0):
+        transform = _facing(tmp_path / f"dem{degrees:g}.tif", degrees)
+        grid = transform @ Affine.translation(5, 5)  # inside the DEM: no edge
+        layers = static_layers(str(tmp_path / f"dem{degrees:g}.tif"), crs=GEO, transform=grid, width=20, height=20,
+                               layers=("ASPECT_SIN", "ASPECT_COS", "ASPECT")).layers
+        stored[degrees] = np.array([np.median(to_store_values(layers[n], *STORE_SCALE[n][:2]) * STORE_SCALE[n][0]
+                                              + STORE_SCALE[n][1]) for n in ("ASPECT_SIN", "ASPECT_COS")])
+        assert np.median(layers["ASPECT"]) == pytest.approx(degrees, abs=0.1)  # the older band, as it was
+    assert np.hypot(*(stored[359.0] - stored[1.0])) == pytest.approx(2 * np.sin(np.radians(1)), abs=0.002)
+    assert stored[1.0] == pytest.approx([np.sin(np.radians(1)), np.cos(np.radians(1))], abs=0.001)
+
+
+def test_flat_ground_faces_nowhere():
+    slope = np.array([0.0, 5.0, np.nan], np.float32)
+    sin, cos = aspect_components(slope, np.array([180.0, 90.0, np.nan], np.float32))
+    assert sin[:2].tolist() == [0.0, 1.0] and cos[0] == 0 and abs(cos[1]) < 1e-6 and np.isnan([sin[2], cos[2]]).all()
+
+
+def test_static_layer_names_take_aspect_as_its_sine_and_cosine():
+    assert parse_layers("slope,aspect") == ("SLOPE", "ASPECT_SIN", "ASPECT_COS")
+    assert parse_layers(None) == ("ELEVATION", "SLOPE", "ASPECT_SIN", "ASPECT_COS")
+    assert static_bands(["B02", "ELEVATION", "ASPECT"]) == ["ELEVATION", "ASPECT"]  # an older store's degrees
+    with pytest.raises(InputError, match="choose among elevation,slope,aspect"):
+        parse_layers("curvature")

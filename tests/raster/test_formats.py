@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 
 import pytest
 import rasterio
@@ -14,6 +15,7 @@ from rasterio.transform import from_origin
 
 from eoscale.raster import formats
 from eoscale.raster.formats import FORMATS, ProductFormat, detect_format, register_format, unregister_format
+from eoscale.raster.scene import parse_date
 from eoscale.raster.sources import Scene, open_scene, open_scenes, scene_paths
 from eoscale.synth import synthesize
 
@@ -53,7 +55,9 @@ def test_dates_come_from_product_metadata(layouts):
     assert [s.date for s in safe] == [s.date for s in stac]
 
 
-def test_a_plain_geotiff_is_dated_by_its_tag_only(layouts, tmp_path):
+def test_a_plain_geotiff_is_dated_by_its_acquisition_tag_only(layouts, tmp_path):
+    # guards issue 46 item 3: TIFFTAG_DATETIME (when the file was written) was taken for the acquisition date, and an
+    # acquisition time's UTC offset was dropped (23:30 at -02:00 is the next day in UTC)
     path = layouts["multiband"].scene_paths[0]
     os.utime(path, (0, 0))
     assert open_scene(str(path)).date is None  # never the file's modification time
@@ -64,10 +68,35 @@ def test_a_plain_geotiff_is_dated_by_its_tag_only(layouts, tmp_path):
         dst.write(pixels)
         dst.descriptions = names
         dst.update_tags(TIFFTAG_DATETIME="2021:07:04 10:00:00")
-    assert open_scene(str(tagged)).date == dt.date(2021, 7, 4)
+    assert open_scene(str(tagged)).date is None  # when the file was written: no date is better than a wrong one
     with rasterio.open(tagged, "r+") as dst:
-        dst.update_tags(ns="IMAGERY", ACQUISITIONDATETIME="2020-05-17T10:20:30Z")
-    assert open_scene(str(tagged)).date == dt.date(2020, 5, 17)  # the acquisition time before the file's DateTime
+        dst.update_tags(ns="IMAGERY", ACQUISITIONDATETIME="2024-06-10T23:30:00-02:00")
+    assert open_scene(str(tagged)).date == dt.date(2024, 6, 11)  # the acquisition's UTC day
+
+
+@pytest.mark.parametrize(("text", "date"), [
+    ("2024-06-10T23:30:00-02:00", dt.date(2024, 6, 11)),  # guards issue 46 item 3: the offset was dropped
+    ("2024-06-11T00:30:00+02:00", dt.date(2024, 6, 10)),
+    ("2024-06-12T10:30:31.024Z", dt.date(2024, 6, 12)),  # SAFE PRODUCT_START_TIME
+    ("2024-06-12T23:59:59.9999999Z", dt.date(2024, 6, 12)),  # seven decimals, as Landsat's SCENE_CENTER_TIME
+    ("2024-06-12", dt.date(2024, 6, 12)),  # Landsat DATE_ACQUIRED, a dates CSV
+    ("2024-06-12Z", dt.date(2024, 6, 12)),
+    ("2024:06:12 10:30:31", dt.date(2024, 6, 12)),  # TIFF's DateTime form
+    ("2024-06-12T10:30:31", dt.date(2024, 6, 12)),  # no offset: taken as UTC
+    ("", None), ("June 12", None), ("2024-13-01", None),
+])
+def test_time_stamps_give_their_utc_day(text, date):
+    assert parse_date(text) == date
+
+
+def test_an_items_datetime_gives_its_utc_day(layouts, tmp_path):
+    # guards issue 46 item 3: an Item's datetime with an offset was taken as the day at that offset
+    found = sorted(layouts["cog"].out_dir.glob("scenes/*/*.json"))[0]
+    item = shutil.copytree(found.parent, tmp_path / found.parent.name) / found.name
+    data = json.loads(item.read_text())
+    data["properties"]["datetime"] = "2024-06-10T23:30:00-02:00"
+    item.write_text(json.dumps(data))
+    assert open_scenes([], stac=[str(item)])[0].date == dt.date(2024, 6, 11)
 
 
 def test_a_stub_format_is_detected_and_opened(tmp_path):

@@ -2,7 +2,7 @@
 its file name (`T32ULB_20240612_B8A.tif`, `B8A.jp2`, Landsat's `…_SR_B5.TIF`, `…_red.tif`: the sensors' file patterns,
 `eoscale.sensors`). Bands are resampled onto the grid of the finest band. Files that name no band (cloud masks, TCI
 previews, AOT/WVP layers, thumbnails) are skipped and listed in `Scene.skipped`; the file the sensor's mask rule names
-(a Sentinel-2 folder's `SCL.tif`) is the scene's mask. The date is the first band file's date tag, if any.
+(a Sentinel-2 folder's `SCL.tif`) is the scene's mask. The date is the first band file's ACQUISITIONDATETIME tag, if any.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A multi-band file: bands named by their descriptions, by `band_names`, or by GDAL's colour interpretation for RGB
 files; an alpha band is not a band of the scene (it says where the others hold data). The file's own grid is the
-reference grid; the date is its ACQUISITIONDATETIME or TIFFTAG_DATETIME tag, if any. Any path no other format
-recognises is opened as one (the last format)."""
+reference grid; the date is its ACQUISITIONDATETIME tag, if any (never its TIFFTAG_DATETIME: when the file was
+written). Any path no other format recognises is opened as one (the last format)."""
 
 from __future__ import annotations
 

@@ -9,15 +9,17 @@ polarisation (with or without their Item).
   line saying how to calibrate them first.
 - A folder (`--scenes`): files naming their polarisation (`…_vv.tif`, `iw-vh.tiff`, `VV.tif`); a STAC Item in it is
   read for its metadata. The date is the Item's `datetime`, else the product name's start of sensing
-  (`S1A_IW_GRDH_1SDV_20230615T171524_…`, of the folder or a file), else the files' date tag.
+  (`S1A_IW_GRDH_1SDV_20230615T171524_…`, of the folder or a file), else the files' ACQUISITIONDATETIME tag.
 
-The values become decibels on the store's scale (`eoscale.sensors.sentinel1`): linear power through 10·log10 (floored),
-decibels as they are. Which one a file holds is what its metadata state (the asset's `raster:bands` `unit`, the band's
-GDAL unit type: `dB` or `linear`) and what its values show (linear ≥ 0 and mostly below 1, dB mostly negative): stated
-and shown must agree, else one line and exit 2 (a dB file labelled linear would be logged twice); without a statement,
-the values decide. The scale, the convention (σ0 or γ0) and the orbit (`sat:orbit_state`: ascending or descending,
-`sat:relative_orbit`) go with the scene into the store's attributes. Border noise along the swath edge is masked
-(`eoscale.raster.border_noise`).
+The values become decibels on the store's scale (`eoscale.sensors.sentinel1`): linear power through 10·log10 (floored:
+noise removal's small negative power over calm water is data at the floor, only the file's nodata is nodata), decibels
+as they are (floored alike). Whatever a file holds, it is resampled in linear power (a file in decibels through
+`eoscale.raster.power_warp`), never averaged in decibels. Which one a file holds is what its metadata state (the asset's
+`raster:bands` `unit`, the band's GDAL unit type: `dB` or `linear`) and what its values show (linear above -1 and mostly
+below 1, dB mostly negative): stated and shown must agree, else one line and exit 2 (a dB file labelled linear would be
+logged twice); without a statement, the values decide (`eoscale.sensors.sentinel1.scale_of_values`). The scale, the
+convention (σ0 or γ0) and the orbit (`sat:orbit_state`: ascending or descending, `sat:relative_orbit`) go with the scene
+into the store's attributes. Border noise along the swath edge is masked (`eoscale.raster.border_noise`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from eoscale.raster.border_noise import BorderNoise
 from eoscale.raster.formats.band_folder import stac_item_in
 from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.formats.stac import ItemSource, read_items
-from eoscale.raster.scene import RASTER_SUFFIXES, BandFile, Scene, check_crs, open_raster, tiff_date
+from eoscale.raster.scene import RASTER_SUFFIXES, BandFile, Scene, check_crs, open_raster, tiff_date, utc_date
 from eoscale.sensors import band_in_file_name, get_sensor
 from eoscale.sensors.sentinel1 import (
     BORDER_MARGIN_M,
@@ -104,9 +106,9 @@ def band_file(pol: Polarisation, item: str) -> tuple[BandFile, dict]:
     scale = stated or shown
     if scale is None:
         raise InputError(f"{item}: cannot tell whether {pol.band} ({pol.path}) is linear power or dB (no unit stated, "
-                         f"values neither all ≥ 0 nor mostly negative): state it in raster:bands unit or the band's "
-                         f"unit type ('linear' or 'dB')")
-    decode = "power_db" if scale == LINEAR else "float"
+                         f"values neither all above -1 and mostly below 1 nor mostly negative): state it in raster:bands "
+                         f"unit or the band's unit type ('linear' or 'dB')")
+    decode = "power_db" if scale == LINEAR else "db"
     record = {"source": pol.source, "file": scale, "from": "metadata" if stated else "values",
               **({"values": shown} if shown else {})}
     return BandFile(pol.band, pol.path, 1, scale=STORE_PER_DB, offset=STORE_AT_0_DB, decode=decode), record
@@ -141,7 +143,8 @@ def sar_scene(*, scene_id: str, polarisations: list[Polarisation], bands: list[s
         "product": item.split(" ")[0] if item.startswith("STAC") else "Sentinel-1 folder",
         "units": "dB", "backscatter": backscatter, **DB_STORE, "bands": records,
         "applied": f"store = dB × {STORE_PER_DB:g} + {STORE_AT_0_DB:g} (dB = store × {DB_STORE['scale']} "
-                   f"{DB_STORE['offset']:+g}); linear power taken to dB as 10·log10, floored at {DB_FLOOR:g} dB",
+                   f"{DB_STORE['offset']:+g}); resampled in linear power; linear power taken to dB as 10·log10, "
+                   f"floored at {DB_FLOOR:g} dB",
     }
     return Scene(id=scene_id, bands=tuple(band_files), crs=crs, transform=transform, width=width, height=height,
                  nodata=0.0, paths=paths, sensor=SENTINEL1, platform=platform, radiometry=radiometry,
@@ -181,8 +184,7 @@ def open_sentinel1_item(source: ItemSource, *, bands: list[str] | None = None, *
                          f"keyed vv/vh/hh/hv or carrying sar:polarizations")
     props = item.properties
     acquisition = {name: props[key] for key, name in ACQUISITION_KEYS.items() if key in props}
-    when = item.datetime or item.common_metadata.start_datetime
-    date = when.date() if when is not None else product_date(item.id)
+    date = utc_date(item.datetime or item.common_metadata.start_datetime) or product_date(item.id)
     platform = str(props.get("platform", "")).lower() or product_platform(item.id)
     return sar_scene(scene_id=item.id, polarisations=pols, bands=bands, item=what,
                      paths=tuple(p.path for p in pols) + (source.path,), platform=platform, acquisition=acquisition,

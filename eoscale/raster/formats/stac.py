@@ -51,6 +51,7 @@ from eoscale.raster.scene import (
     expand_paths,
     nodata_of,
     open_raster,
+    utc_date,
 )
 from eoscale.sensors import GENERIC, LANDSAT_OLI, SENSORS, SENTINEL2, get_sensor, sensor_of_platform
 
@@ -294,9 +295,9 @@ def open_item(source: ItemSource, *, bands: list[str] | None = None, scl_classes
 
 
 def item_date(item: pystac.Item) -> dt.date | None:
-    """The Item's `datetime` (else its `start_datetime`) as a date; None without either."""
-    when = item.datetime or item.common_metadata.start_datetime
-    return when.date() if when is not None else None
+    """The Item's `datetime` (else its `start_datetime`) as a UTC date (`2024-06-10T23:30:00-02:00` is 2024-06-11);
+    None without either."""
+    return utc_date(item.datetime or item.common_metadata.start_datetime)
 
 
 def open_items(patterns: list[str], *, bands: list[str] | None = None,
