@@ -78,7 +78,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dem-datum", metavar="NAME",
                         help="take a DEM whose file notes another vertical datum than EGM2008 (e.g. EVRF2007) as it is")
     parser.add_argument("--classes", metavar="CSV",
-                        help="class table (code,name,color) whose order gives the class indices; default: ESA WorldCover")
+                        help="class table (code,name[,color]: colours optional, a default palette else) whose order gives "
+                             "the class indices; default: ESA WorldCover")
     parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
     parser.add_argument("--bands", type=_names, metavar="B02,B03,…", help="keep only these bands, in this order")
     parser.add_argument("--band-names", type=_names, metavar="B02,B03,…",
