@@ -2,11 +2,15 @@
 
 A class table maps the codes of a land-cover product (ESA WorldCover: 10 tree cover, 20 shrubland, …) to
 contiguous indices 0..C-1 that models train on; codes not in the table map to `IGNORE_INDEX`.
-Files are CSV (`code,name,color`, colour as `#rrggbb`) or JSON (a list of such objects).
+Files are CSV (`code,name,color`, colour as `#rrggbb`) or JSON (a list of such objects). The colour is optional (a
+table without a `color` column, or a row with an empty one): such a class takes the colour of its position in a
+default palette (`default_colour`: matplotlib's tab20, then hues spread by the golden ratio), as QGIS gives classes
+colours of its own, so the same table gives the same colours in the store, the checkpoint and every map.
 """
 
 from __future__ import annotations
 
+import colorsys
 import csv
 import json
 from dataclasses import asdict, dataclass
@@ -17,6 +21,17 @@ import numpy as np
 from eoscale.errors import InputError, InputNotFoundError
 
 IGNORE_INDEX = 255  # label value for nodata and unmapped codes; uint8 labels leave 0..254 for classes
+# matplotlib's "tab20" (Vega's category20): 20 colours that tell classes apart, the default palette's first ones
+TAB20 = ("#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd", "#c5b0d5",
+         "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5")
+
+
+def default_colour(index: int) -> str:
+    """The colour of the class at `index` of a table that states none: tab20's, then hues spread by the golden ratio."""
+    if index < len(TAB20):
+        return TAB20[index]
+    r, g, b = colorsys.hsv_to_rgb((index * 0.618034) % 1.0, 0.75 if index % 2 else 0.55, 0.9 if index % 3 else 0.7)
+    return "#" + "".join(f"{round(255 * v):02x}" for v in (r, g, b))
 
 
 @dataclass(frozen=True)
@@ -39,7 +54,7 @@ class ClassTable:
     def __post_init__(self) -> None:
         codes = [c.code for c in self.classes]
         if not self.classes:
-            raise InputError("class table is empty: give at least one 'code,name,color' row")
+            raise InputError("class table is empty: give at least one 'code,name[,color]' row")
         if len(set(codes)) != len(codes):
             raise InputError(f"class table has repeated codes: {sorted(codes)}")
         if len(self.classes) >= IGNORE_INDEX:
@@ -72,7 +87,11 @@ class ClassTable:
 
     @classmethod
     def from_records(cls, records: list[dict]) -> ClassTable:
-        return cls(tuple(LandCoverClass(int(r["code"]), str(r["name"]), str(r["color"]).lower()) for r in records))
+        """A table from `{code, name, color}` records; a record without a colour (or an empty one) takes its position's
+        `default_colour`."""
+        return cls(tuple(LandCoverClass(int(r["code"]), str(r["name"]),
+                                        str(r.get("color") or "").strip().lower() or default_colour(i))
+                         for i, r in enumerate(records)))
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -87,7 +106,7 @@ class ClassTable:
 
     @classmethod
     def load(cls, path: str | Path) -> ClassTable:
-        """Read a class table from CSV (`code,name,color`) or JSON."""
+        """Read a class table from CSV (`code,name[,color]`) or JSON."""
         path = Path(path)
         if not path.is_file():
             raise InputNotFoundError(f"class table {str(path)!r} does not exist")
@@ -102,7 +121,7 @@ class ClassTable:
             if isinstance(err, InputError):
                 raise
             raise InputError(
-                f"class table {str(path)!r} is not readable ({err}): expected CSV with columns code,name,color"
+                f"class table {str(path)!r} is not readable ({err}): expected CSV with columns code,name and optionally color"
             ) from None
 
 

@@ -84,6 +84,10 @@ class BandContract:
     # a model of several sensors: [{name, bands}] in channel order, each sensor a group of consecutive `bands`
     # (`eoscale.sensors.groups`); None: one sensor (`sensor`), as every checkpoint written before
     sensors: tuple[dict, ...] | None = None
+    # how the store it was trained on put float scenes onto its uint16 scale (`eoscale ingest --scale/--offset`,
+    # `eoscale.raster.float_optical`): {scale, offset}, which predict applies to float scenes; None: no float scenes
+    # (every checkpoint written before), and predict refuses a float scene
+    input_scale: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
@@ -112,6 +116,7 @@ class BandContract:
             target_info=getattr(datamodule, "target_info", None),
             time_steps=int(getattr(datamodule, "time_steps", 1) or 1),
             sensors=getattr(datamodule, "sensors_record", None),
+            input_scale=_store_input_scale(datamodule),
         )
 
     def to_dict(self) -> dict:
@@ -130,6 +135,7 @@ class BandContract:
             **({"temperature": self.temperature} if self.temperature != 1.0 or self.calibration else {}),
             **({"calibration": dict(self.calibration)} if self.calibration is not None else {}),
             **({"sensors": [dict(g) for g in self.sensors]} if self.sensors is not None else {}),
+            **({"input_scale": dict(self.input_scale)} if self.input_scale is not None else {}),
         }
 
     @classmethod
@@ -151,6 +157,8 @@ class BandContract:
             calibration=dict(data["calibration"]) if data.get("calibration") is not None else None,
             # a contract from before several sensors: one sensor
             sensors=tuple(dict(g) for g in data["sensors"]) if data.get("sensors") is not None else None,
+            # a contract from before float scenes: none
+            input_scale=dict(data["input_scale"]) if data.get("input_scale") is not None else None,
         )
 
     def sensor_groups(self) -> tuple[SensorGroup, ...]:
@@ -182,8 +190,10 @@ class BandContract:
 
     def normalisation(self, dates: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """`(mean, scale)`, float32 of shape (dates * bands, 1, 1): a window's pixels go to the network as
-        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std, std at least 1e-6);
-        a window of several `dates` holds every date's bands, date after date, each normalised as one date's."""
+        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std); a window of several
+        `dates` holds every date's bands, date after date, each normalised as one date's. A band of std 0 (a
+        checkpoint trained on a store written before such bands were refused) is refused (`check_std`)."""
+        check_std(self.bands, self.std, what="the checkpoint's band contract")
         mean = np.tile(np.asarray(self.mean, dtype=np.float32), dates)[:, None, None]
         scale = np.tile(1.0 / np.maximum(np.asarray(self.std, dtype=np.float32), 1e-6), dates)[:, None, None]
         return mean, scale
@@ -224,6 +234,27 @@ class BandContract:
         if steps > self.time_steps:
             raise BandMismatchError(f"{what} takes at most {self.time_steps} dates a tile and was given {steps}: ingest "
                                     f"at most {self.time_steps} dates, or fit a model on a stack of {steps}")
+
+
+def check_std(bands: tuple[str, ...] | list[str], std: tuple[float, ...] | list[float], *, what: str) -> None:
+    """Refuse, in one line naming the band, normalisation statistics with a std that is not a positive number.
+
+    Stores written before ingest refused them hold std 0 for a band without valid pixels (and for a band of one
+    value): clamped to 1e-6, it scaled that band by 1,000,000 at training and prediction."""
+    for band, value in zip(bands, std, strict=True):
+        if not float(value) > 0:  # (NaN is not > 0)
+            raise InputError(f"{what} gives band {band} a std of {float(value):g} (no valid pixel, or one value in "
+                             f"all of them), which cannot normalise it: ingest again without band {band} and train "
+                             f"on that store")
+
+
+def _store_input_scale(datamodule: Any) -> dict | None:
+    """The float scenes' conversion a datamodule's store records in its ingest parameters (None: none, or no store)."""
+    from eoscale.store import schema
+
+    attrs = getattr(datamodule, "attrs", None)
+    stated = (attrs.get(schema.ATTR_INGEST) or {}).get("input_scale") if isinstance(attrs, Mapping) else None
+    return {"scale": float(stated["scale"]), "offset": float(stated["offset"])} if stated else None
 
 
 def _stat(stats: Any, name: str) -> list[float]:

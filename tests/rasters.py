@@ -3,7 +3,8 @@
 `write_scene` makes a 10-band uint16 Sentinel-2-like GeoTIFF in UTM 32N whose class regions are visible in
 the pixels; `write_labels` writes those regions' codes in EPSG:3035 at 20 m, as European land-cover
 products come; `write_band_directory` splits a scene into one file per band with the 20 m bands at 20 m; `damaged_copy`
-breaks a scene's pixels but not its header; `read_map` reads a written map's band.
+breaks a scene's pixels but not its header; `write_reflectance` makes a scene's float32 reflectance as Earth Engine
+exports it; `read_map` reads a written map's band.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def write_scene(
     nodata_box: tuple[slice, slice] | None = (slice(0, 30), slice(0, 50)),
     band_names: list[str] | None = None,
     describe: bool = True,
+    resolution: float = 10.0,
 ) -> np.ndarray:
     """Write a multi-band scene; returns its class map (indices into CODES)."""
     names = band_names or [b.name for b in SENTINEL2_L2A]
@@ -55,7 +57,7 @@ def write_scene(
     if nodata_box is not None:
         image[:, nodata_box[0], nodata_box[1]] = 0
     profile = dict(driver="GTiff", height=height, width=width, count=len(names), dtype="uint16", nodata=0,
-                   transform=from_origin(*origin, 10, 10), tiled=True, blockxsize=128, blockysize=128, compress="deflate")
+                   transform=from_origin(*origin, resolution, resolution), tiled=True, blockxsize=128, blockysize=128, compress="deflate")
     if crs is not None:
         profile["crs"] = crs
     with rasterio.open(path, "w", **profile) as dst:
@@ -97,6 +99,19 @@ def write_band_directory(scene: Path, directory: Path) -> None:
                                width=data.shape[1], count=1, dtype="uint16", crs=src.crs, transform=transform,
                                nodata=0) as dst:
                 dst.write(data, 1)
+
+
+def write_reflectance(scene: Path, path: Path, *, scale: float = 1e-4) -> None:
+    """`scene` (uint16, nodata 0) as float32 `value × scale`, NaN where it has no data: an Earth Engine export."""
+    with rasterio.open(scene) as src:
+        profile, pixels, names = src.profile, src.read(), src.descriptions
+    values = (pixels * scale).astype(np.float32)
+    values[:, (pixels == 0).all(axis=0)] = np.nan
+    profile.update(dtype="float32", nodata=float("nan"))
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(values)
+        for i, name in enumerate(names):
+            dst.set_band_description(i + 1, name)
 
 
 def damaged_copy(scene: Path, folder: Path) -> Path:

@@ -72,6 +72,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from eoscale._compat.lightning import device_mesh
 from eoscale._compat.torch import HookedLoader, HookedWorkerIter, shutdown_workers
 from eoscale.classes import ClassTable
+from eoscale.contract import check_std
 from eoscale.data.augment import dihedral
 from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
@@ -99,8 +100,9 @@ class TileDataModule(LightningDataModule):
     one sensor drops nothing, and one config fits stores of one sensor and of several; evaluation keeps all);
     `pin_memory`
     (default: when CUDA is available) pins the compact batches, so that their copy to the GPU can overlap the
-    step. A batch size larger than a rank's share of the training split is refused in `setup`; evaluation
-    splits accept it (one short batch per rank).
+    step. A batch size larger than a rank's share of the training split is refused in `setup`, or with
+    `fit_batch_size` lowered to that share, said in one line (the default recipe's choice, so that a small scene's
+    store trains); evaluation splits accept it (one short batch per rank).
 
     Args (the two switches over private internals; outputs, tile order and batch contents, are the same either
     way, tests/data/test_datamodule.py):
@@ -135,6 +137,7 @@ class TileDataModule(LightningDataModule):
         max_dates: int | None = None,
         date_step: int | None = None,
         sensor_dropout: float = 0.0,
+        fit_batch_size: bool = False,
     ) -> None:
         super().__init__()
         if date_step is not None and (isinstance(date_step, bool) or not isinstance(date_step, int) or date_step < 0):
@@ -176,6 +179,7 @@ class TileDataModule(LightningDataModule):
         self.sensor_dropout = float(sensor_dropout)
         self.max_dates = max_dates
         self.date_step = date_step
+        self.fit_batch_size = bool(fit_batch_size)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
@@ -326,6 +330,8 @@ class TileDataModule(LightningDataModule):
             raise InputError(f"stage={stage!r} is not a Lightning stage: choose one of {', '.join(wanted)}")
         if self.target == "values":
             self.target_info  # noqa: B018  (a store without values is refused here, in one line)
+        # a store written before ingest refused a band of std 0 (no valid pixel): a ×1,000,000 scale, refused here
+        check_std(self.band_names, self.statistics["std"], what=f"tile store {self.store!r}")
         for split in wanted[stage]:
             optional = stage == "fit" and split == "val"  # an empty val split only turns validation off
             start, stop = self.split_range(split)
@@ -443,6 +449,25 @@ class TileDataModule(LightningDataModule):
         return data_parallel(self.trainer)
 
     def _stream(self, split: str, *, rank: int, world_size: int) -> TileStream:
+        stream = self._make_stream(split, rank=rank, world_size=world_size)
+        if split == "train" and self.fit_batch_size and 0 < stream.tiles_per_rank < self.batch_size:
+            # every rank has the same share (eoscale.data.partition), so every rank lowers it alike
+            if rank == 0:
+                print(f"batch_size={self.batch_size} is larger than each rank's share of the 'train' split "
+                      f"({stream.tiles_per_rank} tiles on each of {world_size} ranks): lowered to "
+                      f"{stream.tiles_per_rank} (fit_batch_size)")
+            self.batch_size = stream.tiles_per_rank
+            stream = self._make_stream(split, rank=rank, world_size=world_size)
+        if split == "train" and stream.tiles_per_rank < self.batch_size:
+            subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""
+            raise InputError(
+                f"batch_size={self.batch_size} is larger than each rank's share of the 'train' split "
+                f"({stream.tiles_per_rank} tiles on each of {world_size} ranks{subset}): use a batch size of at most "
+                f"{max(stream.tiles_per_rank, 1)}{' or a larger train_fraction' if subset else ''}"
+            )
+        return stream
+
+    def _make_stream(self, split: str, *, rank: int, world_size: int) -> TileStream:
         train = split == "train"
         stream = TileStream(
             self.store, self.tile_ranges(split), shard_tiles=int(self.attrs[schema.ATTR_SHARD_TILES]),
@@ -456,13 +481,6 @@ class TileDataModule(LightningDataModule):
             **({"sensor_groups": self._group_channels(), "sensor_dropout": self.sensor_dropout}
                if train and self.sensor_dropout > 0 and len(self._group_channels()) > 1 else {}),
         )
-        if train and stream.tiles_per_rank < self.batch_size:
-            subset = f", train_fraction={self.train_fraction:g}" if self.train_fraction < 1 else ""
-            raise InputError(
-                f"batch_size={self.batch_size} is larger than each rank's share of the 'train' split "
-                f"({stream.tiles_per_rank} tiles on each of {world_size} ranks{subset}): use a batch size of at most "
-                f"{max(stream.tiles_per_rank, 1)}{' or a larger train_fraction' if subset else ''}"
-            )
         return stream
 
     def _loader(self, split: str) -> TileLoader:

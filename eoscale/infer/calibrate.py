@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -29,7 +30,15 @@ import torch
 from eoscale.classes import IGNORE_INDEX
 from eoscale.contract import CONTRACT_KEY, BandContract, load_checkpoint
 from eoscale.errors import InputError, OutputExistsError
-from eoscale.models.calibration import MAX_PIXELS, PixelSample, fit_temperature, nll
+from eoscale.models.calibration import (
+    MAX_PIXELS,
+    PixelSample,
+    clamp_message,
+    clamp_temperature,
+    fit_log_temperature,
+    nll,
+    temperature_of,
+)
 from eoscale.models.uncertainty import ECE_BINS, CalibrationBins
 
 EXPERIMENT = "eoscale-calibrate"
@@ -97,8 +106,9 @@ def calibrate(model, store: str | Path, *, split: str = "val", limit: int = MAX_
         raise InputError(f"split {split!r} of {str(store)!r} has no labelled pixels to calibrate on: name another "
                          "with --split")
     logits, labels = sample.tensors()
-    temperature = fit_temperature(logits, labels)
-    found = {"temperature": temperature, "pixels": len(sample), "seen": sample.seen}
+    temperature, clamped = clamp_temperature(temperature_of(fit_log_temperature(logits, labels)))
+    found = {"temperature": temperature, "pixels": len(sample), "seen": sample.seen,
+             **({"clamped": clamped} if clamped else {})}
     for when, t in (("before", 1.0), ("after", temperature)):
         calibration = CalibrationBins(bins)
         calibration.add_probs(torch.softmax(logits / t, 1).T.numpy(), labels.numpy())
@@ -139,7 +149,10 @@ def run(args: argparse.Namespace) -> int:
     found = calibrate(model, args.store, split=args.split, limit=args.pixels, bins=args.bins,
                       batch_size=args.batch_size)
     calibration = {"pixels": found["pixels"], "ece_before": found["ece_before"], "ece_after": found["ece_after"],
-                   "by": "calibrate", "store": str(Path(args.store).resolve()), "split": args.split}
+                   "by": "calibrate", "store": str(Path(args.store).resolve()), "split": args.split,
+                   **({"clamped": found["clamped"]} if "clamped" in found else {})}
+    if "clamped" in found:
+        print(f"warning: {clamp_message(found['clamped'])}", file=sys.stderr)
     write_temperature(checkpoint, target, found["temperature"], calibration)
     print(f"temperature {found['temperature']:.3f} fitted on {found['pixels']} of {found['seen']} labelled "
           f"{args.split} pixels: expected calibration error {found['ece_before']:.4f} -> {found['ece_after']:.4f}, "
@@ -149,6 +162,8 @@ def run(args: argparse.Namespace) -> int:
               "split": args.split, "bins": args.bins, "backbone": model.backbone}
     metrics = {k: float(found[k]) for k in ("temperature", "ece_before", "ece_after", "nll_before", "nll_after")}
     metrics["pixels"] = float(found["pixels"])
+    if "clamped" in found:
+        params["temperature_clamped"] = clamp_message(found["clamped"])
     run_id = log_evaluation(target.parent, args.tracking_uri, params, metrics, experiment=EXPERIMENT,
                             run_name=f"calibrate-{args.split}")
     if run_id:

@@ -28,6 +28,7 @@ import torch
 
 from eoscale import __version__
 from eoscale.catalog.digest import file_record
+from eoscale.contract import check_std
 from eoscale.errors import BandMismatchError, InputError
 from eoscale.infer.config import PredictConfig, check_config
 from eoscale.infer.distributed import (
@@ -55,6 +56,7 @@ from eoscale.infer.outputs import (
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
 from eoscale.infer.windows import Span, WindowGrid, check_window
+from eoscale.raster.float_optical import with_input_scale
 from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 from eoscale.raster.reader import gdal_cache
@@ -195,6 +197,8 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         model = connect_model(config.server, served_model_name(config.model, config.adapter))
     else:
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
+    # a checkpoint of a store from before ingest refused a band of std 0: refused before any work, naming the band
+    check_std(model.contract.bands, model.contract.std, what=f"checkpoint {str(config.checkpoint or config.model)!r}")
     band_map = parse_band_map(config.band_map)
     statics = static_bands(model.contract.bands)  # a DEM's layers the checkpoint was trained with (--static)
     groups = model.contract.sensor_groups()
@@ -204,6 +208,10 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     opened = [s for p in scene_paths(config.inputs) for s in _opened(
         lambda bands, p=p: [open_scene(p, band_names=config.band_names, bands=bands)], wanted, model.contract)]
     opened += _opened(lambda bands: open_items(config.stac, bands=bands), wanted, model.contract) if config.stac else []
+    # float scenes onto the store's scale by the conversion the checkpoint's store applied (eoscale.raster.float_optical)
+    advice = (f"checkpoint {str(config.checkpoint or config.model)!r} was trained on a store of integer scenes: convert "
+              f"the scene onto that store's scale first, or train on a store ingested from float scenes with --scale")
+    opened = [with_input_scale(s, model.contract.input_scale, advice=advice) for s in opened]
     if several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
         opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:

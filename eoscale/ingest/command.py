@@ -79,7 +79,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dem-datum", metavar="NAME",
                         help="take a DEM whose file notes another vertical datum than EGM2008 (e.g. EVRF2007) as it is")
     parser.add_argument("--classes", metavar="CSV",
-                        help="class table (code,name,color) whose order gives the class indices; default: ESA WorldCover")
+                        help="class table (code,name[,color]: colours optional, a default palette else) whose order gives "
+                             "the class indices; default: ESA WorldCover")
     parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
     parser.add_argument("--bands", type=_names, metavar="B02,B03,…", help="keep only these bands, in this order")
     parser.add_argument("--band-names", type=_names, metavar="B02,B03,…",
@@ -105,6 +106,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="normalise with the per-band mean and std of this checkpoint (its band contract's) or "
                              "tile store instead of this store's own: a store of new labels to fine-tune that "
                              "checkpoint on (same bands)")
+    parser.add_argument("--scale", type=float, metavar="S",
+                        help="scenes of float pixels (surface reflectance 0-1 from Earth Engine or openEO, digital "
+                             "numbers stored as floats): store = value × S + OFFSET on the store's uint16 scale (e.g. "
+                             "--scale 10000 for reflectance 0-1); recorded in the store, and predict applies it to "
+                             "float scenes too. Integer scenes are read as they are")
+    parser.add_argument("--offset", type=float, metavar="OFFSET", help="with --scale: added after scaling (default: 0)")
     parser.add_argument("--codec", choices=CODECS, default="blosc-zstd", help="compression (default: %(default)s)")
     parser.add_argument("--level", type=int, help="compression level (default: the codec's)")
     parser.add_argument("--workers", type=int, help="local Dask worker processes (default: one per core)")
@@ -179,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
             time_series=args.time_series, dates_csv=args.dates_csv, group_by=args.group_by, max_dates=args.max_dates,
             composite=args.composite, reference_sensor=args.reference_sensor,
             statistics_from=args.statistics_from,
+            input_scale={"scale": args.scale, "offset": args.offset} if (args.scale, args.offset) != (None, None) else None,
             **({"static": args.static, "static_layers": parse_layers(args.static_layers), "dem_datum": args.dem_datum}
                if args.static else {}),
         )
@@ -190,6 +198,14 @@ def run(args: argparse.Namespace) -> int:
     if summary.unmapped_label_codes:
         counts = ", ".join(f"code {c}: {n} px" for c, n in sorted(summary.unmapped_label_codes.items()))
         console.print(f"[yellow]warning:[/] label codes not in the class table were set to ignore ({counts})")
+    if summary.split_block != args.split_block:
+        console.print(f"note: the split is dealt in blocks of {summary.split_block} tile(s), not --split-block "
+                      f"{args.split_block}: the scenes are too small for every split to get a block of "
+                      f"{args.split_block}; val tiles lie beside train tiles, so val scores read optimistic")
+    if summary.tiles_per_split.get("val", 0) == 0 and args.split[1] > 0:
+        console.print(f"[yellow]warning:[/] the val split has no tiles ({summary.tiles} tiles in all): 'eoscale fit' "
+                      f"cannot validate, stop early or keep a best checkpoint; ingest more scenes or a smaller "
+                      f"--tile-size, or give val a larger share with --split")
     splits = ", ".join(f"{k} {v}" for k, v in summary.tiles_per_split.items())
     console.print(
         f"[bold green]wrote[/] {summary.store}: {summary.tiles} tiles in {summary.shards} shards ({splits}) "

@@ -10,6 +10,12 @@ shared by every scene (`GROUND_CRS`, an equal-area projection of the whole Earth
 same place, on the same grid or in different CRSs, give the tiles over one piece of ground the same split: a
 multi-date stack never trains on the ground it validates on. A tile belongs to the cell of its centre. Blocks
 are shuffled with `seed` and dealt to splits so that each split's share of tiles comes close to its fraction.
+A small scene holds few blocks, and dealing a handful of blocks can leave a split without any (a 250 × 450 px scene
+at 64 px tiles: about 20 tiles in 4-tile blocks, often all of them train): then the blocks are halved (`split_block`
+4, 2, 1 tiles wide) until every split of a positive fraction gets tiles, or the validation split at least (of equal
+dealings, the largest blocks), and the plan says which block it used (`TilePlan.split_block`). Smaller blocks put
+validation tiles beside training ones, so their scores read optimistic: better that than none, and ingest says so.
+A store whose blocks deal every split keeps its split as it was.
 Tiles are then ordered by (split, scene, row, column): each split is one contiguous range of tiles, which
 readers stream shard by shard.
 """
@@ -40,6 +46,7 @@ class TilePlan:
     tile_size: int
     shard_tiles: int
     dropped_nodata: int  # windows under min_valid
+    split_block: int = 0  # the block edge in tiles the split was dealt in: the one asked for, or a smaller one
 
     def __len__(self) -> int:
         return len(self.scene)
@@ -94,10 +101,8 @@ def make_plan(
     `grounds` gives each scene's (transform, CRS), so that blocks are cells of the shared ground grid; without
     it (scenes with no georeferencing known here) a block is `split_block`² window positions of its own scene.
     """
-    scene_ids, rows, cols, blocks = [], [], [], []
+    scene_ids, rows, cols, shapes = [], [], [], []
     dropped = 0
-    block_key = 0
-    cell = None if grounds is None else _cell_size(grounds, tile_size, split_block)
     for scene, fractions_grid in enumerate(window_valid):
         keep = fractions_grid >= min_valid
         dropped += int((~keep).sum())
@@ -105,16 +110,26 @@ def make_plan(
         scene_ids.append(np.full(len(r), scene, dtype=np.int32))
         rows.append((r * stride).astype(np.int32))
         cols.append((c * stride).astype(np.int32))
-        if grounds is None:
-            n_block_cols = -(-fractions_grid.shape[1] // split_block)
-            blocks.append(np.stack([np.full(len(r), scene), r // split_block * n_block_cols + c // split_block], 1))
-        else:
-            blocks.append(_ground_cells(grounds[scene], rows[-1], cols[-1], tile_size, cell))
-        block_key += 1
+        shapes.append(fractions_grid.shape)
     scene_arr = np.concatenate(scene_ids)
     row_arr, col_arr = np.concatenate(rows), np.concatenate(cols)
-    block_arr = np.unique(np.concatenate(blocks), axis=0, return_inverse=True)[1].ravel()
-    split_arr = _assign_splits(block_arr, fractions, seed)
+    best = None
+    for block in _block_sizes(split_block):
+        if grounds is None:
+            blocks = [_scene_blocks(scene, rows[scene] // stride, cols[scene] // stride, shape[1], block)
+                      for scene, shape in enumerate(shapes)]
+        else:
+            cell = _cell_size(grounds, tile_size, block)
+            blocks = [_ground_cells(grounds[scene], rows[scene], cols[scene], tile_size, cell)
+                      for scene in range(len(shapes))]
+        block_arr = np.unique(np.concatenate(blocks), axis=0, return_inverse=True)[1].ravel()
+        split_arr = _assign_splits(block_arr, fractions, seed)
+        score = _dealt(split_arr, fractions)
+        if best is None or score > best[0]:
+            best = (score, block, split_arr)
+        if score == (True, sum(f > 0 for f in fractions)):  # every split that asks for tiles has some
+            break
+    _, used, split_arr = best
     order = np.lexsort((col_arr, row_arr, scene_arr, split_arr))
     return TilePlan(
         scene=scene_arr[order],
@@ -124,7 +139,31 @@ def make_plan(
         tile_size=tile_size,
         shard_tiles=shard_tiles,
         dropped_nodata=dropped,
+        split_block=used,
     )
+
+
+def _block_sizes(split_block: int) -> list[int]:
+    """The block edges tried, largest first: `split_block`, then halved down to one tile."""
+    sizes = [split_block]
+    while sizes[-1] > 1:
+        sizes.append(sizes[-1] // 2)
+    return sizes
+
+
+def _dealt(split: np.ndarray, fractions: tuple[float, float, float]) -> tuple[bool, int]:
+    """How well a split deals the tiles: whether validation got any (when it asks for a share), and how many of the
+    splits that ask for a share got tiles."""
+    counts = np.bincount(split, minlength=len(fractions))
+    val = SPLITS.index("val")
+    return (bool(counts[val] > 0 or fractions[val] == 0),
+            int(sum(1 for f, n in zip(fractions, counts, strict=True) if f > 0 and n > 0)))
+
+
+def _scene_blocks(scene: int, r: np.ndarray, c: np.ndarray, window_cols: int, block: int) -> np.ndarray:
+    """Each tile's block of its own scene (scenes without georeferencing): (scene, `block`² window positions)."""
+    n_block_cols = -(-window_cols // block)
+    return np.stack([np.full(len(r), scene), r // block * n_block_cols + c // block], 1)
 
 
 def _assign_splits(block: np.ndarray, fractions: tuple[float, float, float], seed: int) -> np.ndarray:

@@ -48,9 +48,10 @@ from eoscale.ingest.series import (
 from eoscale.ingest.series_writer import write_series_shard
 from eoscale.ingest.skeleton import CODECS, create_skeleton
 from eoscale.ingest.static import DEFAULT_LAYERS, add_static_layers, static_parameters
-from eoscale.ingest.stats import borrowed_statistics, statistics_from_histograms
+from eoscale.ingest.stats import borrowed_statistics, statistics_from_histograms, unusable_band
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
+from eoscale.raster.float_optical import EXAMPLE, check_input_scale, has_unstated, with_input_scale
 from eoscale.raster.fused import sensors_record
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene, open_scenes
@@ -76,6 +77,7 @@ class IngestSummary:
     fingerprint: str = ""  # eoscale.catalog.digest.store_fingerprint, as the store's collection.json records it
     sensor: str = ""  # eoscale.sensors: what the store's bands are
     skipped: list[str] = field(default_factory=list)  # files in band directories that hold no band
+    split_block: int = 0  # the split's block edge in tiles: --split-block, or a smaller one for a small scene
 
     @property
     def compression_ratio(self) -> float:
@@ -129,6 +131,7 @@ def ingest(
     dem_datum: str | None = None,
     reference_sensor: str | None = None,
     statistics_from: str | None = None,
+    input_scale: dict | None = None,
 ) -> IngestSummary:
     """Cut `scenes` (paths or globs) and the scenes of the STAC Items `stac` with `labels` (rasters or label Items)
     into a tile store at `output`. See the module docstring. With `time_series` (or `dates_csv`, `max_dates`,
@@ -136,10 +139,13 @@ def ingest(
     (`eoscale.ingest.series`); with the DEM `static`, its `static_layers` become extra bands (`eoscale.ingest.static`).
     Scenes of several sensors become one store of the `reference_sensor`'s grids (`eoscale.ingest.fused`).
     With `statistics_from` (a checkpoint or a tile store of the same bands), the store is normalised with its mean and
-    std, not its own: a store of new labels to fine-tune that checkpoint on."""
+    std, not its own: a store of new labels to fine-tune that checkpoint on. Scenes of float pixels are mapped onto
+    the store's scale by `input_scale` (`{"scale", "offset"}`: store = value × scale + offset;
+    `eoscale.raster.float_optical`), which the store records; without it they are refused."""
     started = time.perf_counter()
     stride = tile_size if stride is None else stride
     _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block)
+    input_scale = check_input_scale((input_scale or {}).get("scale"), (input_scale or {}).get("offset"))
     if codec not in CODECS:
         raise InputError(f"unknown codec {codec!r}: choose one of {', '.join(CODECS)}")
     output = Path(output)
@@ -159,6 +165,7 @@ def ingest(
                              band_names=band_names, band_map=band_map, scl_classes=scl_classes,
                              stac=(list(stac or []) + [p for p in listed if p.lower().endswith(".json")]) or None,
                              several_sensors=True)
+    scene_list = _input_scale(scene_list, input_scale)
     fusion = None  # scenes of several sensors: the reference scenes, their pairs, what the fingerprint records
     if several_sensors(scene_list):
         refs, pairs, fused_parameters = plan_sensors(scene_list, reference_sensor, time_series=series)
@@ -198,6 +205,8 @@ def ingest(
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
     if fusion is not None:  # likewise: a store of one sensor keeps its fingerprint
         parameters["sensors"] = fusion[1]
+    if input_scale is not None:  # likewise
+        parameters["input_scale"] = dict(input_scale)
     if statistics_from is not None:  # likewise
         if static:
             raise InputError("--statistics-from with --static: the DEM's layers have no statistics in the checkpoint or "
@@ -325,9 +334,14 @@ def ingest(
         lap("shards")
 
     gathered = gather_markers(progress_dir, plan)
+    statistics = {**statistics_from_histograms(gathered["histograms"]),
+                  **{k: v for k, v in parameters.get("statistics_from", {}).items() if k != "source"}}
+    problem = unusable_band(statistics, list(attrs[schema.ATTR_BANDS]))
+    if problem:
+        shutil.rmtree(work, ignore_errors=True)  # ours; a rerun with other --bands would find it in the way
+        raise InputError(problem)
     finalize(store, progress_dir, gathered, {
-        schema.ATTR_STATISTICS: {**statistics_from_histograms(gathered["histograms"]),
-                                 **{k: v for k, v in parameters.get("statistics_from", {}).items() if k != "source"}},
+        schema.ATTR_STATISTICS: statistics,
         schema.ATTR_MASKED: masked_pixels(grids, gathered["masked"], plan, steps=steps),
         schema.ATTR_UNMAPPED: {str(k): v for k, v in sorted(unmapped.items())},
         schema.ATTR_INPUTS: input_records(scene_list, label_paths, digests, target_paths=target_paths[:len(target_rasters)],
@@ -362,7 +376,18 @@ def ingest(
         fingerprint=store_fingerprint,
         sensor=scene_list[0].sensor,
         skipped=[p for s in scene_list for p in s.skipped],
+        split_block=plan.split_block,
     )
+
+
+def _input_scale(scenes: list[Scene], input_scale: dict | None) -> list[Scene]:
+    """The scenes with their float bands on the store's scale (`eoscale.raster.float_optical`); a stated conversion
+    that no scene needs is refused, so that the store never records one it did not apply."""
+    if input_scale is not None and not any(has_unstated(s) for s in scenes):
+        raise InputError(f"--scale {input_scale['scale']:g} --offset {input_scale['offset']:g} map float pixels, and "
+                         f"no scene holds any (their bands are integers, read as they are): leave them out")
+    advice = f"state how they map onto the store's uint16 scale with --scale and --offset (e.g. {EXAMPLE})"
+    return [with_input_scale(s, input_scale, advice=advice) for s in scenes]
 
 
 def _check_numbers(tile_size, stride, shard_tiles, min_valid, split, split_block) -> None:
@@ -448,7 +473,10 @@ def _store_attrs(scenes: list[Scene], classes: ClassTable, plan, parameters: dic
         schema.ATTR_SHARD_TILES: plan.shard_tiles,
         schema.ATTR_SCENES: [s.to_attrs() for s in scenes],
         schema.ATTR_INGEST: {**{k: v for k, v in parameters.items() if k != "classes"}, "eoscale_version": __version__,
-                             "fingerprint": fingerprint},
+                             "fingerprint": fingerprint,
+                             # a small scene's split, dealt in smaller blocks (eoscale.ingest.plan); else as before
+                             **({"split_block_used": plan.split_block}
+                                if plan.split_block != parameters["split_block"] else {})},
     }
 
 

@@ -52,6 +52,31 @@ def statistics_from_histograms(histograms: np.ndarray) -> dict[str, list[float]]
     return stats
 
 
+def unusable_band(stats: dict[str, list[float]], bands: list[str]) -> str | None:
+    """The one-line problem of the first band whose statistics cannot normalise it, or None.
+
+    A band without a valid pixel in any tile (a sensor with no data anywhere) has mean 0 and std 0, and a band of
+    one value has std 0: `(x - mean) / std` with std clamped to 1e-6 scales such a band by 1,000,000 at training and
+    prediction, which no network survives. The store is refused instead, naming the band."""
+    from eoscale.raster.static import static_bands
+
+    static = set(static_bands(bands))
+    for i, band in enumerate(bands):
+        empty = bool(stats.get("valid_pixels")) and stats["valid_pixels"][i] == 0
+        if not empty and stats["std"][i] > 0:  # (NaN is not > 0)
+            continue
+        if band in static:
+            advice = f"leave {band.lower()} out of --static-layers"
+        else:
+            keep = [b for b, std in zip(bands, stats["std"], strict=True) if std > 0 and b not in static]
+            advice = f"leave it out with --bands {','.join(keep)}" if keep else "check the scenes' bands and nodata"
+        if empty:
+            return (f"band {band} has no valid pixel in any tile, so it cannot be normalised (mean 0, std 0): "
+                    f"{advice}, or give scenes where it holds data")
+        return (f"band {band} holds one value ({stats['mean'][i]:g}) in every valid pixel, so it cannot be normalised "
+                f"(std {stats['std'][i]:g}): {advice}")
+    return None
+
 
 def borrowed_statistics(source: str, bands: list[str]) -> dict[str, list[float]]:
     """The normalisation statistics (per-band mean and std) of `source`, an eoscale checkpoint (its band contract's)

@@ -7,6 +7,9 @@ an under-confident one; the most probable class never changes, so the map stays 
 (`eoscale.train.callbacks.calibration`) or with `eoscale calibrate`, and keeps it in the checkpoint's band contract
 (`BandContract.temperature`; a checkpoint without one has T = 1).
 
+A fitted T outside `TEMPERATURE_RANGE` is clamped into it, with a warning and a record (`clamp_temperature`) that the
+band contract's calibration record and the run keep: such a T says the val split or the network went wrong.
+
 `fit_temperature` fits on a sample of pixels (`PixelSample` draws one reproducibly from a stream of blocks, so the
 validation split never has to fit in memory).
 """
@@ -14,6 +17,7 @@ validation split never has to fit in memory).
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -25,12 +29,23 @@ TEMPERATURE_RANGE = (0.05, 20.0)  # a fitted T outside this is a network or a sp
 
 def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int | None = None,
                     max_iter: int = 100) -> float:
-    """The temperature T minimising the NLL of softmax(logits / T) on `labels`.
+    """The temperature T minimising the NLL of softmax(logits / T) on `labels`, within `TEMPERATURE_RANGE`.
 
     `logits` are `(n, C)` (pixels as rows), `labels` their true class indices `(n,)`; pixels labelled
-    `ignore_index` are left out. Fitted on log T, so T stays positive, in float64 on the CPU.
-    Returns 1.0 without pixels.
+    `ignore_index` are left out. Returns 1.0 without pixels. A fit outside the range is clamped with a warning
+    (`clamp_temperature`); callers that record the clamp fit with `fit_log_temperature` and clamp themselves.
     """
+    log_t = fit_log_temperature(logits, labels, ignore_index=ignore_index, max_iter=max_iter)
+    temperature, clamped = clamp_temperature(temperature_of(log_t))
+    if clamped is not None:
+        warnings.warn(clamp_message(clamped), RuntimeWarning, stacklevel=2)
+    return temperature
+
+
+def fit_log_temperature(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index: int | None = None,
+                        max_iter: int = 100) -> float:
+    """log T minimising the NLL of softmax(logits / T) on `labels` (`fit_temperature`), not clamped; 0.0 (T = 1)
+    without pixels. Fitted on log T, so T stays positive, in float64 on the CPU."""
     logits = torch.as_tensor(logits).detach().to("cpu", torch.float64)
     labels = torch.as_tensor(labels).detach().to("cpu", torch.long).reshape(-1)
     if logits.ndim != 2 or logits.shape[0] != labels.shape[0]:
@@ -40,7 +55,7 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index:
         keep = labels != ignore_index
         logits, labels = logits[keep], labels[keep]
     if labels.numel() == 0 or logits.shape[1] < 2:
-        return 1.0
+        return 0.0
     log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.LBFGS([log_t], lr=0.5, max_iter=max_iter, line_search_fn="strong_wolfe")
 
@@ -51,8 +66,39 @@ def fit_temperature(logits: torch.Tensor, labels: torch.Tensor, *, ignore_index:
         return loss
 
     optimizer.step(closure)
+    return float(log_t.item())
+
+
+def clamp_temperature(fitted: float) -> tuple[float, dict | None]:
+    """`fitted` within `TEMPERATURE_RANGE`, and the record of a clamp (`{"fitted", "kept", "range"}`, for the band
+    contract's calibration record and the run) or None when it was within. A fit outside the range is a network or a
+    split gone wrong (a val split of a few pixels, a network that separates them all): the clamp keeps the maps
+    usable, the record and the warning (`clamp_message`) say that the temperature is not a calibration. A fit that
+    is not a number keeps T = 1."""
     low, high = TEMPERATURE_RANGE
-    return float(min(max(math.exp(log_t.item()), low), high))
+    if low <= fitted <= high:
+        return fitted, None
+    kept = 1.0 if math.isnan(fitted) else min(max(fitted, low), high)
+    return kept, {"fitted": fitted if math.isfinite(fitted) else str(fitted), "kept": kept, "range": [low, high]}
+
+
+def clamp_message(clamped: dict) -> str:
+    """One line for a clamped temperature (`clamp_temperature`'s record)."""
+    low, high = clamped["range"]
+    fitted = clamped["fitted"]
+    return (f"the fitted temperature {fitted:.4g} is outside [{low:g}, {high:g}] and was clamped to "
+            f"{clamped['kept']:g}" if isinstance(fitted, float) else
+            f"the temperature fit gave {fitted} and T = {clamped['kept']:g} was kept") + (
+            ": the probabilities are not calibrated (too few or too easy val pixels, or a network gone wrong); "
+            "check the val split")
+
+
+def temperature_of(log_t: float) -> float:
+    """T = e ** `log_t`, inf where it overflows a float (a fit that ran away)."""
+    try:
+        return math.exp(log_t)
+    except OverflowError:
+        return math.inf
 
 
 def nll(logits: torch.Tensor, labels: torch.Tensor, *, temperature: float = 1.0) -> float:

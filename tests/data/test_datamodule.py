@@ -130,6 +130,30 @@ def _copy(store: str, tmp_path: Path, **attrs) -> str:
     return str(path)
 
 
+def test_a_band_of_std_0_in_an_old_store_is_refused_naming_it(store, tmp_path):
+    """Guards issue 46 item 4: a store from before ingest refused a band without valid pixels holds mean 0 and std 0
+    for it, which the loader clamped to 1e-6: a ×1,000,000 scale of that band."""
+    stats = read_store_attrs(store)["statistics"]
+    path = _copy(store, tmp_path, statistics={**stats, "std": [0.0, *stats["std"][1:]]})
+    with pytest.raises(InputError, match=f"tile store {path!r} gives band B02 a std of 0 .* ingest again without band "
+                                         "B02"):
+        TileDataModule(path, batch_size=4).setup("fit")
+    TileDataModule(path, batch_size=4, bands=BANDS[1:]).setup("fit")  # a choice of bands without it trains
+
+
+def test_a_batch_larger_than_the_train_share_is_refused_or_lowered_with_fit_batch_size(store, capsys):
+    """Guards issue 46 item 7: the default recipe (fit_batch_size) fits a small store at the batch its train split
+    holds, said in one line, instead of refusing; without the option the refusal stands, as before."""
+    start, stop = TileDataModule(store).split_range("train")
+    with pytest.raises(InputError, match=rf"batch_size=1000 is larger than each rank's share .* at most {stop - start}"):
+        TileDataModule(store, batch_size=1000).setup("fit")
+    dm = TileDataModule(store, batch_size=1000, num_workers=0, fit_batch_size=True)
+    dm.setup("fit")
+    assert dm.batch_size == stop - start and len(dm.train_dataloader()) == 1
+    assert capsys.readouterr().out.strip().endswith(f"lowered to {stop - start} (fit_batch_size)")
+    assert len(dm.val_dataloader()) == 1  # validation at the lowered batch too
+
+
 def test_missing_store_says_to_ingest(tmp_path):
     dm = TileDataModule(tmp_path / "nothing.zarr")
     with pytest.raises(StoreNotFoundError, match="run 'eoscale ingest' first"):

@@ -130,3 +130,18 @@ def test_damaged_scene_in_a_spawned_process(checkpoint, scene, tmp_path, capsys)
     _fails(capsys, [*_args(checkpoint, damaged_copy(scene, tmp_path), tmp_path / "out"), "--devices", "2"],
            "damaged.tif' could not be read")
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_checkpoint_with_a_band_of_std_0_is_refused_naming_it(scene, tmp_path, capsys):
+    """Guards issue 46 item 4: a checkpoint trained on a store from before ingest refused a band without valid pixels
+    carries std 0 for it, which predict clamped to 1e-6: that band scaled by 1,000,000."""
+    from eoscale.contract import CONTRACT_KEY
+    from tests.checkpoints import make_checkpoint
+
+    path = make_checkpoint(tmp_path / "old.ckpt")
+    saved = torch.load(path, weights_only=True)
+    saved[CONTRACT_KEY]["std"][4] = 0.0
+    torch.save(saved, path)
+    _fails(capsys, _args(path, scene, tmp_path / "out"), f"checkpoint {str(path)!r} gives band {SENTINEL2_NAMES[4]} a "
+           "std of 0", f"ingest again without band {SENTINEL2_NAMES[4]}")
+    assert not (tmp_path / "out").exists()

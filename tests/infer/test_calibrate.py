@@ -108,3 +108,18 @@ def test_predict_store_reports_the_ece_of_the_probabilities_it_maps(store, tmp_p
     assert 0 <= plain["val_ece"] <= 1 and sharp["val_miou"] == plain["val_miou"]
     # a near-one-hot softmax of a network right about val_accuracy of the time: ECE ≈ 1 − accuracy
     assert sharp["val_ece"] == pytest.approx(1 - sharp["val_accuracy"], abs=0.05)
+
+
+def test_a_clamped_temperature_is_said_and_recorded(store, tmp_path, capsys, monkeypatch, one_thread):
+    """Guards issue 46 item 4: a temperature outside the range was clamped without a word. A range that no fit
+    reaches makes the fitted temperature a clamped one."""
+    monkeypatch.setattr("eoscale.models.calibration.TEMPERATURE_RANGE", (0.001, 0.002))
+    checkpoint = store_checkpoint(tmp_path / "best.ckpt", store)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert main(["calibrate", str(checkpoint), "--store", str(store), "--tracking-uri", uri]) == 0
+    assert "warning: the fitted temperature" in capsys.readouterr().err
+    saved = torch.load(tmp_path / "best.calibrated.ckpt", weights_only=True)[CONTRACT_KEY]
+    assert saved["temperature"] == saved["calibration"]["clamped"]["kept"] == 0.002
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
+    assert run.data.params["temperature_clamped"].startswith("the fitted temperature")

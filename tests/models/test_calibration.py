@@ -72,3 +72,17 @@ def test_pixel_sample_is_bounded_reproducible_and_batch_size_free():
     flat = logits.movedim(1, -1).reshape(-1, 3)
     rows = {tuple(r): int(lab) for r, lab in zip(flat.numpy().round(6).tolist(), labels.reshape(-1).tolist(), strict=True)}
     assert all(rows[tuple(r)] == int(lab) for r, lab in zip(a[0].numpy().round(6).tolist(), a[1].tolist(), strict=True))
+
+
+def test_a_temperature_outside_the_range_is_clamped_with_a_warning_and_a_record():
+    """Guards issue 46 item 4: a fit outside [0.05, 20] was clamped without a word, though the module calls it a
+    failure."""
+    from eoscale.models.calibration import TEMPERATURE_RANGE, clamp_temperature
+
+    logits, labels = calibrated_logits(2_000, 3, seed=6)
+    separable = torch.nn.functional.one_hot(labels, 3).double() * 0.1  # every pixel right by a small margin: T → 0
+    with pytest.warns(RuntimeWarning, match=r"fitted temperature .* outside \[0.05, 20\] and was clamped to 0.05"):
+        assert fit_temperature(separable, labels) == TEMPERATURE_RANGE[0]
+    assert clamp_temperature(1.5) == (1.5, None)
+    assert clamp_temperature(80.0) == (20.0, {"fitted": 80.0, "kept": 20.0, "range": [0.05, 20.0]})
+    assert clamp_temperature(float("nan"))[0] == 1.0

@@ -76,3 +76,19 @@ def test_calibration_can_be_turned_off(store: Path, tmp_path: Path):
     checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
     assert "temperature" not in checkpoint["eoscale"]
     assert BandContract.from_dict(checkpoint["eoscale"]).temperature == 1.0
+
+
+@pytest.mark.slow
+def test_a_clamped_temperature_is_said_once_and_recorded(store: Path, tmp_path: Path, monkeypatch):
+    """Guards issue 46 item 4: a fitted temperature outside the range was clamped without a word. A range that no fit
+    of this run reaches makes every validation's temperature a clamped one."""
+    monkeypatch.setattr("eoscale.models.calibration.TEMPERATURE_RANGE", (0.001, 0.002))
+    with pytest.warns(RuntimeWarning, match=r"step 2: the fitted temperature .* outside \[0.001, 0.002\]") as caught:
+        _fit(store, tmp_path, "--trainer.max_steps", "4", "--trainer.val_check_interval", "2")
+    assert len([w for w in caught if "fitted temperature" in str(w.message)]) == 1  # once a fit, not each validation
+    checkpoint = torch.load(next(tmp_path.rglob("last.ckpt")), weights_only=True)
+    clamped = checkpoint["eoscale"]["calibration"]["clamped"]
+    assert clamped["kept"] == checkpoint["eoscale"]["temperature"] == 0.002 and clamped["fitted"] > 0.002
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("eoscale").experiment_id])
+    assert run.data.tags["calibration/clamped"].startswith("step 4: the fitted temperature")

@@ -16,6 +16,7 @@ from affine import Affine
 from rasterio.crs import CRS
 
 from eoscale.errors import InputError
+from eoscale.raster.float_optical import UNSTATED, float_bands
 from eoscale.raster.formats.registry import ProductFormat
 from eoscale.raster.scene import (
     IMAGE_SUFFIXES,
@@ -24,7 +25,6 @@ from eoscale.raster.scene import (
     ClassMask,
     Scene,
     check_crs,
-    check_dtype,
     nodata_of,
     open_raster,
     tiff_date,
@@ -76,13 +76,13 @@ def read_band_folder(path: str) -> FolderBands:
                 continue
             sensor, name = identity
             check_crs(str(f), src.crs)
-            check_dtype(str(f), src.dtypes)
+            floating = float_bands(str(f), src.dtypes)[0]  # mapped once the conversion is known (float_optical)
             if src.count != 1:
                 raise InputError(f"{str(f)!r} has {src.count} bands: a band directory needs one band per file")
             if any(b.name == name for b in bands):
                 raise InputError(f"scene directory {path!r} has two files for band {name}")
             sensors.setdefault(sensor, str(f))
-            bands.append(BandFile(name, str(f), 1))
+            bands.append(BandFile(name, str(f), 1, decode=UNSTATED if floating else ""))
             pixel = abs(src.transform.a)
             grids[str(f)] = (src.crs, src.transform, src.width, src.height, nodata_of(src))
             date = date or tiff_date(src)

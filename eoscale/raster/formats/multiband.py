@@ -11,8 +11,9 @@ from rasterio.enums import ColorInterp
 
 from eoscale.bands import normalise_band_name
 from eoscale.errors import InputError
+from eoscale.raster.float_optical import UNSTATED, float_bands
 from eoscale.raster.formats.registry import ProductFormat
-from eoscale.raster.scene import BandFile, Scene, check_crs, check_dtype, nodata_of, open_raster, tiff_date
+from eoscale.raster.scene import BandFile, Scene, check_crs, nodata_of, open_raster, tiff_date
 from eoscale.sensors import sensor_of_bands
 
 _RGB = {ColorInterp.red: "RED", ColorInterp.green: "GREEN", ColorInterp.blue: "BLUE"}
@@ -23,7 +24,7 @@ def open_multiband(path: str, *, band_names: list[str] | None = None, bands: lis
     """The multi-band file at `path` as a scene (`band_names`: one name per band, in file order)."""
     with open_raster(path) as src:
         crs = check_crs(path, src.crs)
-        check_dtype(path, src.dtypes)
+        floating = float_bands(path, src.dtypes)  # mapped once the conversion is known (eoscale.raster.float_optical)
         # an alpha band says where the others hold data (`eoscale.raster.reader`): it is not a band of the scene
         data = [i for i, c in enumerate(src.colorinterp, start=1) if c != ColorInterp.alpha]
         if band_names is not None:
@@ -47,7 +48,8 @@ def open_multiband(path: str, *, band_names: list[str] | None = None, bands: lis
             raise InputError(f"{path!r} names a band twice: {', '.join(names)}")
         return Scene(
             id=Path(path).stem,
-            bands=tuple(BandFile(n, path, i) for i, n in zip(data, names, strict=True)),
+            bands=tuple(BandFile(n, path, i, decode=UNSTATED if floating[i - 1] else "")
+                        for i, n in zip(data, names, strict=True)),
             crs=crs,
             transform=src.transform,
             width=src.width,

@@ -14,14 +14,16 @@ several ranks each fits on its own val shard and the log-temperatures are averag
 over ranks, so the logged ECE is the whole val split's sample.
 
 Logged to the run (MLflow): `val_ece` (before), `val_ece_calibrated` (after) and `val_temperature`; printed at the
-end of fit. A target kind other than classes (values) is left alone. `eoscale calibrate` does the same for a
+end of fit. A fitted T outside `TEMPERATURE_RANGE` is clamped (`eoscale.models.calibration.clamp_temperature`): the
+fit warns once, the checkpoint's calibration record holds `clamped` ({fitted, kept, range}) and the run the tag
+`calibration/clamped`. A target kind other than classes (values) is left alone. `eoscale calibrate` does the same for a
 checkpoint after the fact.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -29,8 +31,15 @@ import torch
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from eoscale.classes import IGNORE_INDEX
-from eoscale.models.calibration import PixelSample, fit_temperature
+from eoscale.models.calibration import (
+    PixelSample,
+    clamp_message,
+    clamp_temperature,
+    fit_log_temperature,
+    temperature_of,
+)
 from eoscale.models.uncertainty import ECE_BINS, CalibrationBins
+from eoscale.train.callbacks.monitor import mlflow_loggers
 
 FIT_PIXELS = 200_000  # a rank's sample at each validation: the fit takes about a second on a CPU
 
@@ -44,6 +53,7 @@ class TemperatureScaling(Callback):
         self.enabled, self.pixels, self.bins, self.seed = enabled, pixels, bins, seed
         self._sample: PixelSample | None = None
         self.last: dict[str, Any] | None = None  # the newest fit: temperature, ece_before, ece_after, pixels, step
+        self._warned = False  # a temperature clamped: said once a fit (each clamp is in its checkpoint's record)
 
     def _active(self, trainer: Trainer, pl_module: LightningModule) -> bool:
         contract = getattr(pl_module, "contract", None)
@@ -70,13 +80,16 @@ class TemperatureScaling(Callback):
             return
         logits, labels = sample.tensors()
         strategy = trainer.strategy
-        # every rank reduces, even one without labelled pixels (its T counts as 1, weighted by its pixels)
-        local = torch.tensor([len(sample) * (math.log(fit_temperature(logits, labels)) if len(sample) else 0.0),
+        # every rank reduces, even one without labelled pixels (its T counts as 1, weighted by its pixels); the
+        # average of log T is clamped once, so that the clamp is recorded as the whole split's
+        local = torch.tensor([len(sample) * (fit_log_temperature(logits, labels) if len(sample) else 0.0),
                               float(len(sample))], dtype=torch.float64, device=pl_module.device)
         total = strategy.reduce(local, reduce_op="sum")
         if float(total[1]) == 0:
             return
-        temperature = math.exp(float(total[0]) / float(total[1]))
+        temperature, clamped = clamp_temperature(temperature_of(float(total[0]) / float(total[1])))
+        if clamped is not None:
+            self._report_clamp(trainer, clamped)
         before, after = CalibrationBins(self.bins), CalibrationBins(self.bins)
         if len(sample):
             before.add_probs(torch.softmax(logits, 1).T.numpy(), labels.numpy())
@@ -91,9 +104,21 @@ class TemperatureScaling(Callback):
         pl_module.contract = dataclasses.replace(
             pl_module.contract, temperature=temperature,
             calibration={"pixels": before.pixels, "ece_before": before.ece(), "ece_after": after.ece(),
-                         "by": "fit", "step": trainer.global_step})
+                         "by": "fit", "step": trainer.global_step, **({"clamped": clamped} if clamped else {})})
         pl_module.log_dict({"val_ece": before.ece(), "val_ece_calibrated": after.ece(),
                             "val_temperature": temperature}, sync_dist=False, rank_zero_only=False)
+
+    def _report_clamp(self, trainer: Trainer, clamped: dict) -> None:
+        """A temperature outside the range: one warning a fit, and the run's tag `calibration/clamped` (the newest)."""
+        if not trainer.is_global_zero:
+            return
+        message = clamp_message(clamped)
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"step {trainer.global_step}: {message}", RuntimeWarning, stacklevel=2)
+        for logger in mlflow_loggers(trainer):
+            if hasattr(logger, "set_tags"):
+                logger.set_tags({"calibration/clamped": f"step {trainer.global_step}: {message}"})
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.last is not None and trainer.is_global_zero:
