@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     if map_kind(args.map) == "values":
         report, files, output = assess_values(args)
+        map_path = Path(args.map)
     else:
         if args.reference_crs:
             raise InputError("--reference-crs is for a value map's reference points; a class map's sample names its "
@@ -70,12 +71,13 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(map_path=cmap.path, reference=reference, table=cmap.table, estimates=estimates)
         files = write_report(report, output, overwrite=args.overwrite)
         print_summary(report, output)
+        map_path = cmap.path
     if not args.no_tracking:
         from eoscale.maps.tracking import log_assessment
 
         with warnings.catch_warnings():
             warnings.simplefilter("default")  # a tracking failure is said once, as a warning
-            logged = log_assessment(report, files, map_path=cmap.path, output=output,
+            logged = log_assessment(report, files, map_path=map_path, output=output,
                                     tracking_uri_given=args.tracking_uri)
         if logged:
             print(f"MLflow run {logged[0]} ({logged[1]})")
