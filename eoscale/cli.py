@@ -69,8 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     command_parser = argparse.ArgumentParser(prog=f"eoscale {name}", description=help_text.replace("%%", "%"))
     module.configure(command_parser)
-    args = command_parser.parse_args(rest)
     try:
+        args = command_parser.parse_args(rest)  # in here: a file option's glob that matches nothing is a UserError
         return int(module.run(args) or 0)
     except UserError as err:
         print(f"eoscale {name}: error: {one_line(err)}", file=sys.stderr)

@@ -23,6 +23,7 @@ LAYERS: list[set[str]] = [
     {"store", "schema", "bands"},  # the ground: the store's format (eoscale.schema re-exports eoscale.store.schema)
     {"classes"},
     {"_compat"},  # every private-API use of torch, Lightning, DeepSpeed, Ray, zarr, PyTriton (eoscale/_compat)
+    {"paths"},  # the command line's file options, their globs expanded (eoscale/paths.py)
     {"errors", "__init__"},
 ]
 # imports within one layer that are part of the design (MLflow lives in track; stages log through it)

@@ -53,6 +53,7 @@ import torch
 from eoscale.bench.adapters_table import LABELS, LORA_GOAL, show
 from eoscale.bench.fitprobe import FitProbe  # noqa: F401  (the callback each fit adds, by this name too)
 from eoscale.errors import InputError, InputNotFoundError
+from eoscale.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[2]
 # method -> (config file, fine-tuning mode, starts from the pretrained backbone)
@@ -268,14 +269,14 @@ def _compare(runs: dict[str, dict[str, dict]]) -> dict:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE",
+    parser.add_argument("store", action=Paths, metavar="STORE",
                         help="the labelled tile store to fine-tune on (e.g. runs/quickstart/tiles.zarr)")
-    parser.add_argument("--pretrain-store", metavar="STORE",
+    parser.add_argument("--pretrain-store", action=Paths, metavar="STORE",
                         help="the tile store to pretrain on, labelled or not (`eoscale ingest` without --labels); "
                              "default: STORE's own images")
-    parser.add_argument("--heldout", metavar="STORE",
+    parser.add_argument("--heldout", action=Paths, metavar="STORE",
                         help="a labelled tile store of other scenes: every fit is also evaluated on all its tiles")
-    parser.add_argument("--backbone", metavar="FILE",
+    parser.add_argument("--backbone", action=Paths, metavar="FILE",
                         help="an exported backbone.safetensors (default: pretrain one here with 'eoscale pretrain')")
     parser.add_argument("--model", default="vit_tiny_patch16_224",
                         help="timm ViT, built with 8 px patches (default: %(default)s; ViT-S/8 is "

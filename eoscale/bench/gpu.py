@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from eoscale.errors import InputError
+from eoscale.paths import Paths
 
 # dense bf16 tensor-core peaks (no sparsity), TFLOP/s, from the vendors' data sheets
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0, "A40": 150.0}
@@ -38,7 +39,7 @@ WARMUP = 3
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help="a tile store (scripts/gpu-check.sh makes one with eoscale synth + ingest)")
+    parser.add_argument("store", action=Paths, metavar="STORE", help="a tile store (scripts/gpu-check.sh makes one with eoscale synth + ingest)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="(default: %(default)s)")
     parser.add_argument("--size", default="full", choices=SIZES, help="full: ViT-B/16 at 224 px; tiny: a check of "
                         "this program on a CPU (default: %(default)s)")

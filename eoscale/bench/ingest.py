@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from eoscale.paths import Paths
+
 
 def _baseline_worker(job: tuple[str, list[tuple[int, int]], int]) -> int:
     """Read each tile window of one scene (all bands) and compress it with the store's codec."""
@@ -194,7 +196,7 @@ def bench_ingest(inputs: dict[str, object], work: Path, *, workers: int, repeats
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", metavar="DIR",
+    parser.add_argument("--data", action=Paths, metavar="DIR",
                         help="a synthetic set from 'eoscale synth', or a folder with one full-size scene from "
                              "eoscale.bench.fullsize.synthesize_full_size (default: make the default set in a "
                              "temporary folder)")

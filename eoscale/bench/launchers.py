@@ -27,6 +27,8 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from eoscale.paths import Paths
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "smoke.yaml"
 DDP = ROOT / "configs" / "strategy" / "ddp.yaml"
@@ -90,7 +92,7 @@ def run_side(side: str, store: str, work: Path, *, steps: int, batch: int, warmu
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help="a tile store (e.g. runs/quickstart/tiles.zarr)")
+    parser.add_argument("store", action=Paths, metavar="STORE", help="a tile store (e.g. runs/quickstart/tiles.zarr)")
     parser.add_argument("--steps", type=int, default=40, help="training steps per run (default: 40)")
     parser.add_argument("--warmup", type=int, default=5, help="steps before the timing starts (default: 5)")
     parser.add_argument("--batch-size", type=int, default=8, help="per-worker batch size (default: 8, smoke's)")

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from eoscale.models.metrics import confusion_iou, confusion_matrix, confusion_miou
+from eoscale.paths import Paths
 
 
 def score_checkpoint(checkpoint: str | Path, store: str, *, split: str = "val", batch_size: int = 16) -> dict:
@@ -157,7 +158,7 @@ def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", nargs="?", help="a labelled tile store (e.g. runs/quickstart/tiles.zarr): "
+    parser.add_argument("store", action=Paths, metavar="STORE", nargs="?", help="a labelled tile store (e.g. runs/quickstart/tiles.zarr): "
                         "any bands, class table and split")
     parser.add_argument("--synthetic", metavar="FOLDER", default=None,
                         help="instead of STORE: one small, imbalanced synthetic set a seed (eoscale.synth.imbalanced: "
@@ -174,12 +175,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=384, help="with --synthetic: a scene's side in px (default: 384)")
     parser.add_argument("--tile-size", type=int, default=64, help="with --synthetic: the ingest's tiles (default: 64)")
     parser.add_argument("--minutes", type=float, default=10.0, help="CPU training budget of the network (default: 10)")
-    parser.add_argument("--config", default="configs/resnet18_seg.yaml",
+    parser.add_argument("--config", default="configs/resnet18_seg.yaml", action=Paths, metavar="CONFIG",
                         help="the network's fit config (default: configs/resnet18_seg.yaml, the default recipe)")
     parser.add_argument("--fit-args", default="", metavar="ARGS",
                         help="more 'eoscale fit' arguments for the network, one string (e.g. "
                         "\"--model.init_args.class_weights inverse\"), to measure a variant")
-    parser.add_argument("--forest-config", default="configs/forest.yaml",
+    parser.add_argument("--forest-config", default="configs/forest.yaml", action=Paths, metavar="CONFIG",
                         help="the forest's fit config (default: configs/forest.yaml)")
     parser.add_argument("--forest-args", default="", metavar="ARGS", help="more 'eoscale fit' arguments for the forest")
     parser.add_argument("--label", default=None, help="a name for this record (e.g. the variant measured)")

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from eoscale.errors import InputError
+from eoscale.paths import Paths
 from eoscale.store import schema
 
 GOALS = {"decode_only": 0.5, "random_zarr": 3.0, "source_windows": 10.0}  # loader ÷ baseline, at least
@@ -450,7 +451,7 @@ def _print_table(report: dict) -> None:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help="a tile store written by 'eoscale ingest'")
+    parser.add_argument("store", action=Paths, metavar="STORE", help="a tile store written by 'eoscale ingest'")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers, and processes of each baseline")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0, help="time spent on each measurement")

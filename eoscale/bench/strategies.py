@@ -28,6 +28,7 @@ from pathlib import Path
 from lightning.pytorch.callbacks import Callback
 
 from eoscale.errors import InputError, InputNotFoundError
+from eoscale.paths import Paths
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "vit_s16_seg.yaml"
@@ -140,7 +141,7 @@ def measure(store: str, *, steps: int, repeats: int, batch: int, warmup: int, de
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", help="a tile store (its tile size is the model's; e.g. the quick start's)")
+    parser.add_argument("store", action=Paths, metavar="STORE", help="a tile store (its tile size is the model's; e.g. the quick start's)")
     parser.add_argument("--steps", type=int, default=20, help="training steps per fit (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the step time (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="turns of all four strategies (default: %(default)s)")

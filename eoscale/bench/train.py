@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from eoscale.paths import Paths
+
 WARMUP_STEPS = 5
 
 
@@ -169,7 +171,7 @@ def median_run(runs: list[dict]) -> dict:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help="a tile store (e.g. runs/quickstart/tiles.zarr)")
+    parser.add_argument("store", action=Paths, metavar="STORE", help="a tile store (e.g. runs/quickstart/tiles.zarr)")
     parser.add_argument("--steps", type=int, default=30, help="training steps per measurement (default: 30)")
     parser.add_argument("--batch-size", type=int, default=32,
                         help="per-process batch size (default: 32, configs/resnet18_seg.yaml's)")

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from eoscale.errors import IncompleteStoreError
+from eoscale.paths import Paths
 from eoscale.sensors import get_sensor, recorded_sensor
 from eoscale.store import schema
 
@@ -74,7 +75,7 @@ def _targets(attrs: dict) -> dict | None:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("store", metavar="STORE", help="a tile store written by 'eoscale ingest'")
+    parser.add_argument("store", action=Paths, metavar="STORE", help="a tile store written by 'eoscale ingest'")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--check", action="store_true",
                         help="also read every shard whole, verifying its index checksum and every tile's codec "

@@ -40,13 +40,14 @@ from eoscale.models.calibration import (
     temperature_of,
 )
 from eoscale.models.uncertainty import ECE_BINS, CalibrationBins
+from eoscale.paths import Paths
 
 EXPERIMENT = "eoscale-calibrate"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", metavar="CKPT", help="an eoscale checkpoint file of a class model")
-    parser.add_argument("--store", required=True, help="the tile store whose split the temperature is fitted on")
+    parser.add_argument("checkpoint", action=Paths, metavar="CKPT", help="an eoscale checkpoint file of a class model")
+    parser.add_argument("--store", required=True, action=Paths, metavar="STORE", help="the tile store whose split the temperature is fitted on")
     parser.add_argument("--split", default="val", help="the store's split to fit on (default: val)")
     parser.add_argument("--output", default=None,
                         help="where the calibrated checkpoint goes (default: CKPT's name + .calibrated.ckpt beside it)")

@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from eoscale.errors import InputError
+from eoscale.paths import Paths
 from eoscale.store.schema import SPLITS
 
 COLUMN_TILE = 4096  # widest sweep, in columns (halo included): bounds memory at ~bytes_per_column × this
@@ -40,13 +41,14 @@ class PredictConfig:
     checkpoint: str | None = option("--checkpoint", "an eoscale checkpoint file (from 'eoscale fit'); a run's folder or "
                                     "its checkpoints/ folder (its best checkpoint by the fit's val metric, else "
                                     "last.ckpt); or a registered model: models:/NAME/VERSION or models:/NAME@ALIAS; "
-                                    "with --server, only for the maps' lineage (default there: the server's checkpoint)")
+                                    "with --server, only for the maps' lineage (default there: the server's checkpoint)",
+                                    action=Paths)
     inputs: list[str] = option("--input", "scenes: multi-band GeoTIFFs or folders of one file per band (globs allowed)",
-                               nargs="+", metavar="SCENE", group="source")
+                               nargs="+", action=Paths, metavar="SCENE", group="source")
     output: str = option("--output", "folder for the maps, area tables and mlflow.db", required=True)
     stac: list[str] | None = option("--stac", "scenes as STAC Items: an Item JSON, an ItemCollection JSON or a folder "
                                     "of Item JSON files, their assets local or relative files", default=None,
-                                    nargs="+", metavar="ITEMS", group="source")
+                                    nargs="+", action=Paths, metavar="ITEMS", group="source")
     adapter: str | None = option("--adapter", "a LoRA adapter written by a LoRA fit: adapters/NAME in the checkpoint's "
                                  "folder or one of the three above it (its run's root)", default=None, metavar="NAME")
     window: int | None = option("--window", "window size (default: the checkpoint's tile size)", default=None,
@@ -89,7 +91,7 @@ class PredictConfig:
                                   "another sensor's bands without it)", default=None, metavar="SR_B2=B02,...")
     static: list[str] | None = option("--static", "DEM files, one covering each scene, for a checkpoint trained with "
                                       "static layers (ingest --static): the same layers are added to each scene",
-                                      default=None, nargs="+", metavar="DEM")
+                                      default=None, nargs="+", action=Paths, metavar="DEM")
     dem_datum: str | None = option("--dem-datum", "take a DEM whose file notes another vertical datum than EGM2008 "
                                    "as it is", default=None, metavar="NAME")
     missing_sensor: str = option("--missing-sensor", "a checkpoint of several sensors, a scene without a scene of one "
@@ -113,7 +115,7 @@ class RunOptions:
     """The options around a run rather than of it: where it is tracked, and evaluation on a tile store."""
 
     store: str | None = option("--store", "a tile store: evaluate on its --split instead of mapping scenes",
-                               default=None, group="source")
+                               default=None, action=Paths, group="source")
     split: str = option("--split", "with --store: the split to evaluate on", default="test", choices=SPLITS)
     num_workers: int = option("--num-workers", "with --store: data-loading workers", default=0, type=int,
                               show_default=False)

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from eoscale.errors import InputError
 from eoscale.ingest.skeleton import CODECS
+from eoscale.paths import Paths
 from eoscale.sensors import parse_band_map
 
 
@@ -50,9 +51,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "example: eoscale ingest --scenes 'data/synthetic/scenes/*.tif' --labels 'data/synthetic/labels/*.tif' "
         "--classes data/synthetic/classes.csv --output runs/tiles.zarr"
     )
-    parser.add_argument("--scenes", nargs="+", default=[], metavar="PATH",
+    parser.add_argument("--scenes", nargs="+", default=[], action=Paths, metavar="PATH",
                         help="scene files or band directories, or glob patterns (quote them)")
-    parser.add_argument("--stac", nargs="+", metavar="ITEMS",
+    parser.add_argument("--stac", nargs="+", action=Paths, metavar="ITEMS",
                         help="scenes as STAC Items: an Item JSON, an ItemCollection JSON or a folder of Item JSON files "
                              "(Sentinel-2 L2A COGs, Landsat C2 L2, RGB/RGBN), assets as local or relative files; "
                              "bands by name, asset key or common name (--bands blue,green,red,nir)")
@@ -60,16 +61,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="scenes of several sensors (Sentinel-2 and Sentinel-1 folders or Items, given together): "
                              "the sensor whose scenes are the store's grids, the others' bands warped onto them "
                              "(default: the first given in the registry's order, the optical one)")
-    parser.add_argument("--labels", nargs="+", metavar="PATH",
+    parser.add_argument("--labels", nargs="+", action=Paths, metavar="PATH",
                         help="label rasters of class codes (any CRS) or their STAC Items (e.g. ESA WorldCover's); "
                              "leave out for an unlabelled store (pretraining)")
-    parser.add_argument("--targets", nargs="+", metavar="RASTER",
+    parser.add_argument("--targets", nargs="+", action=Paths, metavar="RASTER",
                         help="value rasters of a continuous variable (tree height, cover fraction; any CRS, their own "
                              "nodata): stored as per-pixel regression targets, resampled bilinearly (averaged from a "
                              "finer raster), NaN where unknown")
     parser.add_argument("--target-name", metavar="NAME", help="what --targets hold (e.g. canopy_height)")
     parser.add_argument("--target-units", metavar="UNITS", help="the units of --targets (e.g. m)")
-    parser.add_argument("--static", nargs="+", metavar="DEM",
+    parser.add_argument("--static", nargs="+", action=Paths, metavar="DEM",
                         help="DEM files (Copernicus DEM COGs, or a VRT of tiles), one covering each scene: its elevation, slope "
                              "and aspect become extra bands ELEVATION, SLOPE, ASPECT_SIN, ASPECT_COS on each "
                              "scene's grid (slope and aspect computed on the DEM's grid in metres, resampled once; "
@@ -78,7 +79,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="which layers of --static to add (default: %(default)s)")
     parser.add_argument("--dem-datum", metavar="NAME",
                         help="take a DEM whose file notes another vertical datum than EGM2008 (e.g. EVRF2007) as it is")
-    parser.add_argument("--classes", metavar="CSV",
+    parser.add_argument("--classes", action=Paths, metavar="CSV",
                         help="class table (code,name[,color]: colours optional, a default palette else) whose order gives "
                              "the class indices; default: ESA WorldCover")
     parser.add_argument("--output", "-o", required=True, metavar="STORE", help="the tile store to write (a .zarr folder)")
@@ -102,7 +103,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-block", type=int, default=4,
                         help="edge of a split block in tiles: neighbouring tiles share a split (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the split (default: %(default)s)")
-    parser.add_argument("--statistics-from", metavar="CKPT|STORE",
+    parser.add_argument("--statistics-from", action=Paths, metavar="CKPT|STORE",
                         help="normalise with the per-band mean and std of this checkpoint (its band contract's) or "
                              "tile store instead of this store's own: a store of new labels to fine-tune that "
                              "checkpoint on (same bands)")
@@ -119,7 +120,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     slurm = parser.add_argument_group("Dask workers as Slurm jobs (dask-jobqueue's SLURMCluster)")
     slurm.add_argument("--slurm-workers", type=int, metavar="N",
                        help="submit Slurm jobs for N Dask worker processes and ingest on them")
-    slurm.add_argument("--slurm-profile", metavar="PROFILE",
+    slurm.add_argument("--slurm-profile", action=Paths, metavar="PROFILE",
                        help="cluster profile (slurm/profiles) whose 'dask' section describes a worker job "
                             "(default: dask-jobqueue's own configuration)")
     slurm.add_argument("--slurm-log-dir", default="logs", metavar="DIR",
@@ -130,7 +131,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="group the scenes by place and stack each place's dates (from the products' metadata: "
                              "SAFE MTD, Landsat MTL, STAC datetime, a GeoTIFF's ACQUISITIONDATETIME) as time steps, "
                              "sorted by date, each date with its own mask; implied by the options below")
-    series.add_argument("--dates-csv", metavar="CSV",
+    series.add_argument("--dates-csv", action=Paths, metavar="CSV",
                         help="scenes listed with their dates (columns path,date[,place]; paths relative to the CSV), "
                              "for files whose metadata holds no date; a place column groups them")
     series.add_argument("--group-by", choices=("footprint", "grid", "all"), default="footprint",

@@ -22,21 +22,22 @@ import warnings
 from pathlib import Path
 
 from eoscale.errors import InputError
+from eoscale.paths import Paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Strata are the map's classes, weighted by their mapped areas. A sample's CSV x, y are read "
                      "in the CRS its _design.json records (else its lon, lat as WGS84); a GeoPackage carries its "
                      "CRS. A reference raster is warped onto the map's grid (nearest neighbour).")
-    parser.add_argument("map", metavar="MAP", help="the land-cover map (a COG from 'eoscale predict')")
-    parser.add_argument("--reference", required=True, metavar="REF",
+    parser.add_argument("map", action=Paths, metavar="MAP", help="the land-cover map (a COG from 'eoscale predict')")
+    parser.add_argument("--reference", required=True, action=Paths, metavar="REF",
                         help="a labelled sample (.csv or .gpkg from 'eoscale sample', 'reference' column filled "
                              "with class codes) or a reference raster of class codes (any CRS and resolution)")
-    parser.add_argument("--design", metavar="JSON", help="the sample's design file (default: <sample>_design.json "
+    parser.add_argument("--design", action=Paths, metavar="JSON", help="the sample's design file (default: <sample>_design.json "
                                                          "beside it, if there)")
     parser.add_argument("--output", metavar="DIR", help="output folder (default: <map without .tif>_assessment "
                                                         "beside the map)")
-    parser.add_argument("--classes", metavar="CSV", help="class table (code,name,color) for a map without "
+    parser.add_argument("--classes", action=Paths, metavar="CSV", help="class table (code,name,color) for a map without "
                                                          "the EOSCALE_CLASSES tag")
     parser.add_argument("--reference-crs", metavar="CRS", help="a value map's reference CSV: the CRS of its x, y "
                                                                  "columns (default: the map's)")
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
     if map_kind(args.map) == "values":
         report, files, output = assess_values(args)
+        map_path = Path(args.map)
     else:
         if args.reference_crs:
             raise InputError("--reference-crs is for a value map's reference points; a class map's sample names its "
@@ -69,12 +71,13 @@ def run(args: argparse.Namespace) -> int:
         report = build_report(map_path=cmap.path, reference=reference, table=cmap.table, estimates=estimates)
         files = write_report(report, output, overwrite=args.overwrite)
         print_summary(report, output)
+        map_path = cmap.path
     if not args.no_tracking:
         from eoscale.maps.tracking import log_assessment
 
         with warnings.catch_warnings():
             warnings.simplefilter("default")  # a tracking failure is said once, as a warning
-            logged = log_assessment(report, files, map_path=cmap.path, output=output,
+            logged = log_assessment(report, files, map_path=map_path, output=output,
                                     tracking_uri_given=args.tracking_uri)
         if logged:
             print(f"MLflow run {logged[0]} ({logged[1]})")

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 
 from eoscale.maps import change as change_module
+from eoscale.paths import Paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("map_a", metavar="MAP_A", help="the earlier land-cover map (a class COG of 'eoscale predict' "
+    parser.add_argument("map_a", action=Paths, metavar="MAP_A", help="the earlier land-cover map (a class COG of 'eoscale predict' "
                                                        "or 'eoscale mosaic')")
-    parser.add_argument("map_b", metavar="MAP_B", help="the later map, of the same class table (any grid and CRS that "
+    parser.add_argument("map_b", action=Paths, metavar="MAP_B", help="the later map, of the same class table (any grid and CRS that "
                                                        "overlaps MAP_A: it is put on MAP_A's grid by nearest neighbour)")
     parser.add_argument("--output", required=True, metavar="DIR",
                         help="folder for change.tif, transitions.csv/.json and change_quicklook.png")

@@ -16,12 +16,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eoscale.paths import Paths
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Each point takes the code of the reference pixel it falls in (the raster's own CRS and "
                      "resolution). A census of the whole map against a raster is 'eoscale assess MAP --reference RASTER'.")
-    parser.add_argument("sample", metavar="SAMPLE", help="a sample's .csv or .gpkg from 'eoscale sample'")
-    parser.add_argument("--reference", metavar="RASTER",
+    parser.add_argument("sample", action=Paths, metavar="SAMPLE", help="a sample's .csv or .gpkg from 'eoscale sample'")
+    parser.add_argument("--reference", action=Paths, metavar="RASTER",
                         help="a raster of class codes (any CRS and resolution) covering the points")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace reference values already filled in, and an existing --training-raster")

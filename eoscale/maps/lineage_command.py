@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from eoscale.paths import Paths
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("map", metavar="MAP", help="a map written by 'eoscale predict' (<scene>_landcover.tif) or "
+    parser.add_argument("map", action=Paths, metavar="MAP", help="a map written by 'eoscale predict' (<scene>_landcover.tif) or "
                                                     "its STAC Item (<scene>_item.json)")
     parser.add_argument("--json", action="store_true", help="print the chain as JSON")
     parser.add_argument("--tracking-uri", metavar="URI",

@@ -15,10 +15,11 @@ import logging
 import sys
 
 from eoscale.maps import mosaic as mosaic_module
+from eoscale.paths import Paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("maps", nargs="+", metavar="MAP",
+    parser.add_argument("maps", nargs="+", action=Paths, metavar="MAP",
                         help="land-cover maps (<scene>_landcover.tif, as eoscale predict writes them); where they "
                              "overlap, the higher confidence wins, or without confidence rasters the earlier map")
     parser.add_argument("--output", required=True, metavar="MOSAIC.tif", help="the mosaic COG to write")

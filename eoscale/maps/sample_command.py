@@ -22,6 +22,7 @@ from pathlib import Path
 from eoscale.errors import InputError
 from eoscale.maps.design import ALLOCATIONS
 from eoscale.maps.uncertain import QUOTAS
+from eoscale.paths import Paths
 
 DESIGNS = ("stratified", "uncertainty", "mixed")
 
@@ -32,7 +33,7 @@ USAGE_EPILOG = ("Strata are the map's classes (nodata excluded); points are pixe
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.epilog = USAGE_EPILOG
-    parser.add_argument("map", metavar="MAP", help="the land-cover map (a COG from 'eoscale predict')")
+    parser.add_argument("map", action=Paths, metavar="MAP", help="the land-cover map (a COG from 'eoscale predict')")
     parser.add_argument("--n", type=int, required=True,
                         help="the number of sample points: of the stratified sample (stratified, mixed), or of the "
                              "points chosen by uncertainty (--by uncertainty)")
@@ -40,7 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="stratified: a stratified random sample (a probability sample, for 'eoscale assess'); "
                              "uncertainty: the most uncertain pixels, for training labels (not for assess); mixed: "
                              "both, as two sets of one sample (column 'set': assessment, labelling); default stratified")
-    parser.add_argument("--uncertainty", metavar="RASTER",
+    parser.add_argument("--uncertainty", action=Paths, metavar="RASTER",
                         help="the map's uncertainty (uncertainty, mixed): one band, higher = less sure "
                              "('eoscale predict --uncertainty'), or one band of probabilities per class")
     parser.add_argument("--measure", choices=("entropy", "margin"),
@@ -65,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="random seed (default: a fresh one, recorded in the design)")
     parser.add_argument("--output", metavar="PREFIX",
                         help="output prefix (default: <map without .tif>_sample beside the map)")
-    parser.add_argument("--classes", metavar="CSV", help="class table (code,name,color) for a map without "
+    parser.add_argument("--classes", action=Paths, metavar="CSV", help="class table (code,name,color) for a map without "
                                                          "the EOSCALE_CLASSES tag")
     parser.add_argument("--overwrite", action="store_true", help="replace existing sample files")
 

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from eoscale.errors import InputError, InputNotFoundError, OutputExistsError
+from eoscale.paths import Paths
 
 MERGED_KEY = "eoscale_merged_adapter"  # what a merged checkpoint was made from
 
@@ -98,11 +99,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="the adapters under a LoRA fit's root folder",
                              description="the adapters under ROOT/adapters/: rank, alpha, targets, size, band contract")
-    listing.add_argument("root", metavar="ROOT", help="the root folder of a LoRA fit (its trainer.default_root_dir)")
+    listing.add_argument("root", action=Paths, metavar="ROOT", help="the root folder of a LoRA fit (its trainer.default_root_dir)")
     merging = sub.add_parser("merge", help="fold an adapter into a checkpoint's weights and write a plain checkpoint",
                              description="fold adapter NAME into CHECKPOINT's weights; 'eoscale predict' reads "
                                          "the output without --adapter")
-    merging.add_argument("--checkpoint", required=True, metavar="CKPT", help="the checkpoint of the adapter's backbone")
+    merging.add_argument("--checkpoint", required=True, action=Paths, metavar="CKPT", help="the checkpoint of the adapter's backbone")
     merging.add_argument("--adapter", required=True, metavar="NAME",
                          help="an adapter in adapters/NAME/ beside the checkpoint or up to three folders above it")
     merging.add_argument("--output", required=True, metavar="OUT.ckpt", help="the merged checkpoint to write")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 
+from eoscale.paths import Paths
 from eoscale.serve.server import ServeOptions, serve
 
 DEFAULTS = ServeOptions(checkpoint="")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--checkpoint", required=True,
+    parser.add_argument("--checkpoint", required=True, action=Paths, metavar="CKPT",
                         help="an eoscale checkpoint file, or a registered model: models:/NAME/VERSION or models:/NAME@ALIAS")
     parser.add_argument("--adapter", action="append", default=[], metavar="NAME", dest="adapters",
                         help="also serve LoRA adapter NAME (adapters/NAME beside the checkpoint) as model "

@@ -13,12 +13,13 @@ import sys
 from pathlib import Path
 
 from eoscale.errors import InputError
+from eoscale.paths import AppendPaths, Paths
 
 
 def _job_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="assignments",
                         help="a job setting (repeatable); 'eoscale slurm list' shows the keys of each template")
-    parser.add_argument("--config", action="append", metavar="FILE",
+    parser.add_argument("--config", action=AppendPaths, metavar="FILE",
                         help="a LightningCLI config for fit/pretrain (repeatable, in order)")
     parser.add_argument("--account", help="compute project to charge")
     parser.add_argument("--partition", help="partition (default: the profile's)")
@@ -35,18 +36,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     render = sub.add_parser("render", help="print the job script")
-    render.add_argument("profile", metavar="PROFILE")
-    render.add_argument("template", metavar="TEMPLATE")
+    render.add_argument("profile", action=Paths, metavar="PROFILE")
+    render.add_argument("template", action=Paths, metavar="TEMPLATE")
     _job_options(render)
     render.add_argument("--output", "-o", metavar="FILE", help="write the script to FILE instead of printing it")
     submit = sub.add_parser("submit", help="submit the job (sbatch --parsable) and print its id; "
                                            "or submit a pipeline YAML as jobs chained with afterok")
-    submit.add_argument("profile", metavar="PROFILE|PIPELINE.yaml")
-    submit.add_argument("template", metavar="TEMPLATE", nargs="?")
+    submit.add_argument("profile", action=Paths, metavar="PROFILE|PIPELINE.yaml")
+    submit.add_argument("template", action=Paths, metavar="TEMPLATE", nargs="?")
     _job_options(submit)
     submit.add_argument("--dependency", metavar="SPEC",
                         help="sbatch --dependency, e.g. afterok:1234 (the job starts when 1234 succeeded)")
-    submit.add_argument("--profile", dest="pipeline_profile", metavar="PROFILE",
+    submit.add_argument("--profile", dest="pipeline_profile", action=Paths, metavar="PROFILE",
                         help="for a pipeline: the profile of its jobs (default: the pipeline's own)")
     sub.add_parser("list", help="profiles, templates and the settings each template takes")
 

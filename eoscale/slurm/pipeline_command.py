@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from eoscale.paths import Paths
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -15,7 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="run the steps here, in order")
-    run.add_argument("file", metavar="FILE", help="the pipeline YAML")
+    run.add_argument("file", action=Paths, metavar="FILE", help="the pipeline YAML")
     run.add_argument("--dry-run", "-n", action="store_true", help="print the commands, run nothing")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from eoscale.paths import Paths
 from eoscale.track.compare import COMPARE_EXPERIMENT, EXPERIMENT, TABLE_COLUMNS, format_value
 
 
@@ -21,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri",
                         help="the MLflow store (default: $MLFLOW_TRACKING_URI, else sqlite:///ROOT_DIR/mlflow.db, "
                              "the store 'eoscale fit' writes in its trainer.default_root_dir)")
-    parser.add_argument("--root-dir", metavar="DIR",
+    parser.add_argument("--root-dir", action=Paths, metavar="DIR",
                         help="the run directory holding mlflow.db when no URI is given (default: the working directory)")
     parser.add_argument("--output", default="runs/compare", help="folder for comparison.csv/.md and the PNG plots "
                                                                  "(default: runs/compare)")

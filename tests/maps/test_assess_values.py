@@ -119,3 +119,14 @@ def test_class_and_value_mix_ups_are_refused_in_one_line(tmp_path, maps, capsys)
     pd.DataFrame({"x": [ORIGIN[0] + 5], "y": [ORIGIN[1] - 5], "value": ["tall"]}).to_csv(tmp_path / "p.csv", index=False)
     assert assess(tmp_path / "out", map_path, tmp_path / "p.csv") == 2
     assert "not a number" in capsys.readouterr().err
+
+
+def test_a_value_map_is_assessed_with_tracking_on(tmp_path, maps, monkeypatch, capsys):
+    """docs/how-to/regression.md's `eoscale assess MAP --reference RASTER` (tracking on, as by default) stopped with
+    "UnboundLocalError: cmap": the MLflow step named the class branch's map."""
+    folder, truth, _, map_path = maps
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    reference = write_values(tmp_path / "heights.tif", truth)
+    assert main(["assess", str(map_path), "--reference", str(reference), "--output", str(tmp_path / "a")]) == 0
+    assert (tmp_path / "a" / "assessment.json").is_file() and (tmp_path / "a" / "mlflow.db").is_file()
+    assert "MLflow run" in capsys.readouterr().out

@@ -45,6 +45,7 @@ import re
 from dataclasses import dataclass
 
 from eoscale.errors import InputError
+from eoscale.paths import AppendPaths
 from eoscale.train.planning.model_facts import ModelFacts
 
 STRATEGIES = ("ddp", "fsdp2", "zero2", "zero3", "zero3_offload", "fsdp2_tp", "pipeline")
@@ -214,7 +215,7 @@ def table(facts: ModelFacts, *, nodes: list[int], gpus_per_node: int, gpu_memory
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", action="append", required=True, metavar="CONFIG",
+    parser.add_argument("--config", action=AppendPaths, required=True, metavar="CONFIG",
                         help="the training config(s), as given to 'eoscale fit' (repeatable)")
     parser.add_argument("--gpus-per-node", type=int, default=4, help="GPUs per node (default 4: JUWELS Booster)")
     parser.add_argument("--gpu-memory", default="40GB", help="memory of one GPU (default 40GB: A100 40 GB)")

@@ -32,6 +32,7 @@ import torch
 from eoscale._compat.deepspeed import import_deepspeed
 from eoscale.contract import DEEPSPEED_TAG_FILE, METADATA_FILE, deepspeed_model_states, load_checkpoint
 from eoscale.errors import InputError, InputNotFoundError, OutputExistsError
+from eoscale.paths import Paths
 
 
 def consolidate(checkpoint_dir: str | Path, output: str | Path, *, overwrite: bool = False) -> Path:
@@ -114,7 +115,7 @@ def _by_position(state: dict) -> dict:
 
 # -- `eoscale consolidate CKPT_DIR OUT.ckpt` ---------------------------------------------------------------
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", help="a sharded (FSDP or DeepSpeed ZeRO) checkpoint folder written by 'eoscale fit'")
+    parser.add_argument("checkpoint", action=Paths, metavar="CHECKPOINT", help="a sharded (FSDP or DeepSpeed ZeRO) checkpoint folder written by 'eoscale fit'")
     parser.add_argument("output", help="the single checkpoint file to write")
     parser.add_argument("--overwrite", action="store_true", help="replace OUTPUT if it exists")
 
