@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import requests
+import urllib3
 
 from eoscale.acquire import checksum
 from eoscale.acquire.retry import RETRIED_STATUS, RetryPolicy
@@ -79,7 +80,7 @@ def download(session: requests.Session, href: str, path: str, *, what: str, poli
             else:
                 raise DownloadError(f"{what}: HTTP {status} {err.response.reason} from {_public(href)}"
                                     f"{_hint(status)}") from None
-        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as err:
+        except (requests.ConnectionError, requests.Timeout, urllib3.exceptions.HTTPError) as err:
             reason, retry_after, restart = f"{type(err).__name__}: {_first_line(err)}", None, False
         if restart and os.path.exists(part):
             os.remove(part)
@@ -101,7 +102,8 @@ def download(session: requests.Session, href: str, path: str, *, what: str, poli
 def _try(session: requests.Session, url: str, part: str, policy: RetryPolicy) -> int:
     """One GET into `part`, resumed from its size; the bytes received."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
-    headers = {"Range": f"bytes={have}-"} if have else {}
+    # identity: a Range counts bytes of the file, not of a compressed answer
+    headers = {"Accept-Encoding": "identity", **({"Range": f"bytes={have}-"} if have else {})}
     with session.get(url, headers=headers, stream=True, timeout=policy.timeout) as response:
         if response.status_code in RETRIED_STATUS:
             raise _Retry(f"HTTP {response.status_code}", response.headers.get("Retry-After"))
@@ -112,7 +114,9 @@ def _try(session: requests.Session, url: str, part: str, policy: RetryPolicy) ->
             have = 0
         received = 0
         with open(part, "ab" if have else "wb") as f:
-            for block in response.iter_content(CHUNK):
+            # read1: what has arrived, up to CHUNK; iter_content would drop a block broken off midway, and a resume
+            # would fetch it again
+            while block := response.raw.read1(CHUNK):
                 f.write(block)
                 received += len(block)
         return received
