@@ -110,6 +110,8 @@ def test_stage_survives_a_fault(frozen, assets, scenes, tmp_path, fault):
     assert log["retries"] == 1 and log["fetched"] == 33 and not log["failed"]
     staged = next(cache.glob(f"items/*/{item.stem}/red.tif"))
     assert staged.read_bytes() == (scenes / path.lstrip("/")).read_bytes()
+    if fault == "429":  # the server's Retry-After (1 s) waited, not the 0.01 s backoff
+        assert log["waited_s"] >= 1.0
     if fault in ("stall", "truncate"):  # resumed with a Range request after the half received, not from the start
         assert assets.faults.ranges[path] == [None, f"bytes={staged.stat().st_size // 2}-"]
     else:
