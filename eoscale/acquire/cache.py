@@ -155,6 +155,22 @@ def append_log(cache: Path, facts: dict) -> None:
         f.write(json.dumps(facts) + "\n")
 
 
+def stage_totals(cache: Path) -> dict[str, float]:
+    """What every staging run into `cache` did, summed from its stage log (runs, fetched, kept, damaged, retries,
+    seconds waited, bytes): what a run that reads the cache records of how its inputs came."""
+    totals = dict.fromkeys(("runs", "fetched", "kept", "damaged", "retries", "waited_s", "bytes"), 0.0)
+    path = cache / LOG_FILE
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            run = json.loads(line)
+        except ValueError:
+            continue
+        totals["runs"] += 1
+        for key in ("fetched", "kept", "damaged", "retries", "waited_s", "bytes"):
+            totals[key] += float(run.get(key, 0))
+    return totals
+
+
 def _write_json(path: Path, data: dict) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=1) + "\n")
