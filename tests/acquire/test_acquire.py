@@ -181,9 +181,10 @@ def test_stage_refuses_a_folder_it_did_not_make(frozen, tmp_path, capsys):
 # the compute nodes: the cache only
 
 @pytest.fixture(scope="module")
-def staged(frozen, assets, tmp_path_factory) -> Path:
+def staged(frozen, assets, scenes, tmp_path_factory) -> Path:
     cache = tmp_path_factory.mktemp("acquire-cache") / "cache"
     assets.clear()
+    assets.plan(f"/scenes/{local_items(scenes)[1].stem}/B03.tif", "503")  # one retry, for predict's MLflow run
     assert stage(frozen, cache) == 0
     assert (cache / MARKER).is_file()
     return cache
@@ -218,7 +219,10 @@ def test_ingest_by_items_not_staged_stops_in_one_line(frozen, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_predict_by_items_gives_the_map_of_the_local_files(frozen, staged, scenes, tmp_path):
-    """guards: predict --items mapping other pixels than predict --stac of the same scenes"""
+    """guards: predict --items mapping other pixels than predict --stac of the same scenes, and its MLflow run
+    without the staging's retries"""
+    import mlflow
+
     from tests.checkpoints import make_checkpoint
 
     checkpoint = make_checkpoint(tmp_path / "model.ckpt")
@@ -226,6 +230,10 @@ def test_predict_by_items_gives_the_map_of_the_local_files(frozen, staged, scene
     assert main(["predict", "--items", str(frozen), "--cache", str(staged), "--output", str(tmp_path / "a"),
                  *common]) == 0
     assert main(["predict", "--stac", *map(str, local_items(scenes)), "--output", str(tmp_path / "b"), *common]) == 0
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("eoscale-predict").experiment_id],
+                              order_by=["attributes.start_time ASC"])
+    assert runs[0].data.metrics["stage/retries"] == 1 and runs[0].data.metrics["stage/fetched"] == 33
     maps = sorted((tmp_path / "a").glob("*_landcover.tif"))
     assert len(maps) == 3
     for path in maps:
