@@ -70,6 +70,21 @@ def test_search_writes_the_frozen_list_with_its_search(api, scenes, tmp_path, su
     assert ids(tmp_path / f"none{suffix.replace('parquet', 'json')}") == []
 
 
+def test_search_by_an_area_file_in_another_crs(api, scenes, tmp_path):
+    """guards: an area file's shapes taken in their own CRS as degrees (or its CRS ignored)"""
+    import geopandas
+    from shapely.geometry import box
+
+    first = json.loads(local_items(scenes)[0].read_text())
+    west, south, east, north = first["bbox"]
+    area = geopandas.GeoDataFrame(geometry=[box(west + 0.002, south + 0.002, east - 0.002, north - 0.002)],
+                                  crs="EPSG:4326").to_crs("EPSG:3035")
+    area.to_file(tmp_path / "district.gpkg")
+    assert main(["search", "--api", api.url, "--collections", COLLECTION, "--area", str(tmp_path / "district.gpkg"),
+                 "--output", str(tmp_path / "l.json")]) == 0
+    assert ids(tmp_path / "l.json") == [first["id"]]
+
+
 def test_search_refuses_bad_input_in_one_line(api, tmp_path, capsys):
     assert search(api, tmp_path / "a.json", "--filter", "eo:cloud_cover~5") == 2
     assert "--filter 'eo:cloud_cover~5'" in capsys.readouterr().err
