@@ -112,6 +112,9 @@ def _try(session: requests.Session, url: str, part: str, policy: RetryPolicy) ->
         response.raise_for_status()
         if have and response.status_code != 206:  # the server ignored the range: take the whole file again
             have = 0
+        elif have and not response.headers.get("Content-Range", "").startswith(f"bytes {have}-"):
+            raise _Retry(f"the rest of a partial file came as {response.headers.get('Content-Range')!r}, not from "
+                         f"byte {have}", restart=True)
         received = 0
         with open(part, "ab" if have else "wb") as f:
             # read1: what has arrived, up to CHUNK; iter_content would drop a block broken off midway, and a resume
