@@ -89,8 +89,8 @@ def download(session: requests.Session, href: str, path: str, *, what: str, poli
                                 f"command later (what is already downloaded is kept) or raise --retries") from None
         delay = policy.delay(attempt, retry_after)
         if waited + delay > policy.budget:
-            raise DownloadError(f"{what}: gave up after {attempt} tries ({reason}): the next wait of {delay:.0f} s "
-                                f"would pass the retry budget of {policy.budget:.0f} s (--retry-budget); rerun the "
+            raise DownloadError(f"{what}: gave up after {attempt} tries ({reason}): the next wait of {delay:.3g} s "
+                                f"would pass the retry budget of {policy.budget:g} s (--retry-budget); rerun the "
                                 f"command later (what is already downloaded is kept)") from None
         retries += 1
         log.warning("retry %d of %s in %.1f s: %s", retries, what, delay, reason)

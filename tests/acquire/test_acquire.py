@@ -7,6 +7,7 @@ stops in one line naming the item and asset; a rerun fetches only what is missin
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,19 @@ def test_a_fault_that_lasts_stops_in_one_line_and_a_rerun_fetches_only_the_rest(
     assert stage(frozen, cache) == 0
     assert set(assets.requests) == {red, nir}  # only what was missing
     assert last_log(cache)["fetched"] == 2 and last_log(cache)["kept"] == 31
+
+
+def test_a_wait_past_the_retry_budget_stops_at_once(frozen, assets, scenes, tmp_path, capsys):
+    """guards: a Retry-After waited out however long it is (a run that hangs for hours on one asset)"""
+    first = local_items(scenes)[0].stem
+    assets.clear()
+    assets.plan(f"/scenes/{first}/SCL.tif", "429")
+    start = time.monotonic()
+    assert stage(frozen, tmp_path / "cache", "--retry-budget", "0.5") == 2
+    assert time.monotonic() - start < 30
+    line = one_line_error(capsys)
+    assert f"STAC item {first!r} asset 'scl'" in line and "retry budget of 0.5 s" in line and "HTTP 429" in line
+    assets.clear()
 
 
 def test_a_damaged_file_in_the_cache_is_fetched_again(frozen, assets, scenes, tmp_path):
