@@ -109,9 +109,17 @@ def search(query: Search, *, timeout: float = 60.0) -> list[pystac.Item]:
     """The Items of the API that match `query`, in the API's order, filters applied."""
     from pystac_client import Client
     from pystac_client.exceptions import APIError
+    from pystac_client.stac_api_io import StacApiIO
+    from urllib3.util.retry import Retry
 
+    from eoscale.acquire.retry import RETRIED_STATUS
+
+    # pystac-client's default retries only connection errors; an API's 429 and 5xx pass too if one waits (POST
+    # searches included; Retry-After honoured)
+    retry = Retry(total=None, connect=2, read=2, status=5, backoff_factor=1.0, status_forcelist=sorted(RETRIED_STATUS), allowed_methods=None,
+                  respect_retry_after_header=True, raise_on_status=False)
     try:
-        client = Client.open(query.api, timeout=timeout)
+        client = Client.open(query.api, stac_io=StacApiIO(max_retries=retry, timeout=timeout))
     except (APIError, OSError, ValueError, pystac.STACError) as err:
         raise InputError(f"--api {query.api!r} does not answer as a STAC API ({type(err).__name__}: "
                          f"{str(err).splitlines()[0] if str(err) else ''}): check the URL and the network") from None

@@ -90,11 +90,33 @@ async def _answer(send, status: int, body: bytes, headers: list | None = None) -
     await send({"type": "http.response.body", "body": body})
 
 
-class AssetServer:
-    """uvicorn serving `root` through `Faults`, in a thread of this process."""
+def proxy(upstream: str):
+    """An ASGI app that forwards each request to `upstream` (so `Faults` can stand in front of the STAC API)."""
+    from starlette.concurrency import run_in_threadpool
 
-    def __init__(self, root: Path):
-        self.faults = Faults(StaticFiles(directory=str(root)), root)
+    async def app(scope, receive, send):
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        query = scope.get("query_string", b"").decode()
+        url = f"{upstream}{scope['path']}" + (f"?{query}" if query else "")
+        headers = {k.decode(): v.decode() for k, v in scope["headers"] if k.lower() not in (b"host", b"content-length")}
+        answer = await run_in_threadpool(requests.request, scope["method"], url, data=body, headers=headers, timeout=10)
+        content = answer.content.replace(upstream.encode(), f"http://{dict(scope['headers'])[b'host'].decode()}".encode())
+        await _answer(send, answer.status_code, content, [(b"content-type", answer.headers.get("content-type",
+                                                                                             "").encode())])
+
+    return app
+
+
+class AssetServer:
+    """uvicorn serving `root` through `Faults`, in a thread of this process (or, with `app`, that app: a proxy)."""
+
+    def __init__(self, root: Path | None, app=None):
+        self.faults = Faults(app or StaticFiles(directory=str(root)), root)
         self.port = free_port()
         config = uvicorn.Config(self.faults, host="127.0.0.1", port=self.port, log_level="critical",
                                 timeout_graceful_shutdown=1, lifespan="off")

@@ -20,6 +20,7 @@ from eoscale.acquire.frozen import read_list
 from eoscale.cli import main
 from tests.acquire import signer
 from tests.acquire.conftest import COLLECTION, local_items
+from tests.acquire.servers import AssetServer, proxy
 
 FAST = ["--timeout", "0.5", "--backoff", "0.01", "--jobs", "2"]
 
@@ -84,6 +85,16 @@ def test_search_by_an_area_file_in_another_crs(api, scenes, tmp_path):
     assert main(["search", "--api", api.url, "--collections", COLLECTION, "--area", str(tmp_path / "district.gpkg"),
                  "--output", str(tmp_path / "l.json")]) == 0
     assert ids(tmp_path / "l.json") == [first["id"]]
+
+
+def test_search_retries_an_api_that_says_wait(api, scenes, tmp_path):
+    """guards: a search stopped by the API's 429 or 503 (pystac-client's own default retries connection errors only)"""
+    with AssetServer(None, app=proxy(api.url)) as front:
+        front.plan("/search", "429", "503")
+        assert main(["search", "--api", front.url, "--collections", COLLECTION, "--bbox", "6.0,51.0,6.3,51.1",
+                     "--output", str(tmp_path / "l.json")]) == 0
+        assert front.requests["/search"] == 3
+    assert len(ids(tmp_path / "l.json")) == 3
 
 
 def test_search_refuses_bad_input_in_one_line(api, tmp_path, capsys):
