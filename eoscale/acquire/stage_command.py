@@ -50,7 +50,13 @@ def run(args: argparse.Namespace) -> int:
     if args.retries < 0 or args.jobs < 1 or args.timeout <= 0 or args.backoff < 0 or args.retry_budget < 0:
         raise InputError(f"--retries, --backoff and --retry-budget must be ≥ 0, --jobs ≥ 1 and --timeout > 0; got "
                          f"{args.retries}, {args.backoff}, {args.retry_budget}, {args.jobs}, {args.timeout}")
-    logging.basicConfig(format="eoscale stage: %(message)s", level=logging.WARNING)
+    log = logging.getLogger("eoscale.acquire")  # its retries and failures as lines of this command; no other logger
+    if not log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("eoscale stage: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.WARNING)
+        log.propagate = False
     items, _ = read_list(args.items)
     cache = args.cache or default_cache(args.items)
     policy = RetryPolicy(attempts=args.retries + 1, backoff=args.backoff, budget=args.retry_budget, timeout=args.timeout)
