@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from eoscale.acquire.cache import MARKER
 from eoscale.acquire.checksum import file_multihash
 from eoscale.cli import main
 from tests.acquire.servers import AssetServer, StacApi, write_item_collection
@@ -55,6 +56,32 @@ def api(scenes, assets, tmp_path_factory):
         yield server
 
 
-def served_path(scenes: Path, item_id: str, band_file: str) -> str:
-    """The asset server's path of one file of a scene."""
-    return f"/scenes/{item_id}/{band_file}"
+FAST = ["--timeout", "0.5", "--backoff", "0.01", "--jobs", "2"]
+
+
+def search(api, out: Path, *extra: str) -> int:
+    return main(["search", "--api", api.url, "--collections", COLLECTION, "--bbox", "6.0,51.0,6.3,51.1",
+                 "--output", str(out), *extra])
+
+
+@pytest.fixture(scope="module")
+def frozen(api, tmp_path_factory) -> Path:
+    """Every item of the API as a frozen list (ItemCollection JSON)."""
+    path = tmp_path_factory.mktemp("acquire-list") / "items.json"
+    assert search(api, path) == 0
+    return path
+
+
+def stage(frozen: Path, cache: Path, *extra: str) -> int:
+    return main(["stage", "--items", str(frozen), "--cache", str(cache), *FAST, *extra])
+
+
+@pytest.fixture(scope="module")
+def staged(frozen, assets, scenes, tmp_path_factory) -> Path:
+    """The frozen list staged (one 503 retried on the way)."""
+    cache = tmp_path_factory.mktemp("acquire-cache") / "cache"
+    assets.clear()
+    assets.plan(f"/scenes/{local_items(scenes)[1].stem}/B03.tif", "503")  # one retry, for predict's MLflow run
+    assert stage(frozen, cache) == 0
+    assert (cache / MARKER).is_file()
+    return cache

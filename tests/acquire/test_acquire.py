@@ -15,35 +15,16 @@ import pytest
 import rasterio
 import zarr
 
-from eoscale.acquire.cache import ITEM_FILE, LOG_FILE, MARKER
+from eoscale.acquire.cache import ITEM_FILE, LOG_FILE
 from eoscale.acquire.frozen import read_list
 from eoscale.cli import main
 from tests.acquire import signer
-from tests.acquire.conftest import COLLECTION, local_items
+from tests.acquire.conftest import COLLECTION, local_items, search, stage
 from tests.acquire.servers import AssetServer, proxy
-
-FAST = ["--timeout", "0.5", "--backoff", "0.01", "--jobs", "2"]
-
-
-def search(api, out: Path, *extra: str) -> int:
-    return main(["search", "--api", api.url, "--collections", COLLECTION, "--bbox", "6.0,51.0,6.3,51.1",
-                 "--output", str(out), *extra])
-
-
-@pytest.fixture(scope="module")
-def frozen(api, tmp_path_factory) -> Path:
-    """Every item of the API as a frozen list (ItemCollection JSON)."""
-    path = tmp_path_factory.mktemp("acquire-list") / "items.json"
-    assert search(api, path) == 0
-    return path
 
 
 def ids(path: Path) -> list[str]:
     return [item.id for item in read_list(path)[0]]
-
-
-def stage(frozen: Path, cache: Path, *extra: str) -> int:
-    return main(["stage", "--items", str(frozen), "--cache", str(cache), *FAST, *extra])
 
 
 def last_log(cache: Path) -> dict:
@@ -219,16 +200,6 @@ def test_stage_refuses_a_folder_it_did_not_make(frozen, tmp_path, capsys):
 
 
 # the compute nodes: the cache only
-
-@pytest.fixture(scope="module")
-def staged(frozen, assets, scenes, tmp_path_factory) -> Path:
-    cache = tmp_path_factory.mktemp("acquire-cache") / "cache"
-    assets.clear()
-    assets.plan(f"/scenes/{local_items(scenes)[1].stem}/B03.tif", "503")  # one retry, for predict's MLflow run
-    assert stage(frozen, cache) == 0
-    assert (cache / MARKER).is_file()
-    return cache
-
 
 @pytest.mark.slow
 def test_ingest_by_items_gives_the_store_of_the_local_files(frozen, staged, scenes, assets, tmp_path):
