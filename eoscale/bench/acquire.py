@@ -109,11 +109,16 @@ def _eoscale_side(items, cache: Path, jobs: int) -> float:
 
 
 def _odc_side(items, jobs: int) -> float:
+    import warnings
+
     import odc.stac
 
     start = time.perf_counter()
-    data = odc.stac.load(items, bands=BANDS, groupby="id", pool=jobs)
-    data.load()
+    with warnings.catch_warnings():  # odc-geo 0.5.3 under affine 3 and shapely 2.1: deprecations of their APIs
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        data = odc.stac.load(items, bands=BANDS, groupby="id", pool=jobs)
+        data.load()
     return time.perf_counter() - start
 
 
