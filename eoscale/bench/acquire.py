@@ -37,11 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _season(root: Path, size: int, dates: int) -> list[Path]:
-    from eoscale.cli import main
+    from eoscale.synth.dataset import synthesize
 
-    if main(["synth", str(root), "--layout", "cog", "--dates", str(dates), "--scenes", "1", "--size", str(size),
-             "--seed", "11"]) != 0:
-        raise RuntimeError("eoscale synth failed")
+    synthesize(root, scenes=1, size=size, seed=11, layout="cog", dates=dates)
     return sorted(root.glob("scenes/*/*/*.json"))
 
 
