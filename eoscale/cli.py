@@ -19,6 +19,8 @@ from eoscale.errors import UserError
 # name -> (module, one-line help). The order is the data flow.
 COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("eoscale.synth.command", "generate synthetic Sentinel-2 scenes and land-cover labels (the embedded default data)"),
+    "search": ("eoscale.acquire.search_command", "search a STAC API (collections, area, dates, filters) into a frozen item list (stac-geoparquet or ItemCollection)"),
+    "stage": ("eoscale.acquire.stage_command", "download a frozen item list's assets into a cache the offline compute nodes read (retries, resume, checksums, signing)"),
     "ingest": ("eoscale.ingest.command", "cut GeoTIFF/COG scenes and label rasters into a sharded Zarr v3 tile store"),
     "info": ("eoscale.data.info", "describe a tile store: tiles, shards, bands, classes per split, statistics"),
     "pretrain": ("eoscale.train.launch.pretrain", "self-supervised MAE pretraining of a ViT on a tile store's images (LightningCLI)"),

@@ -18,7 +18,7 @@ LAYERS: list[set[str]] = [
     {"__main__", "cli", "bench"},
     {"infer", "train", "track", "slurm", "maps", "serve"},
     {"models", "data", "ingest", "synth"},
-    {"raster", "contract", "cluster", "catalog"},
+    {"raster", "contract", "cluster", "catalog", "acquire"},
     {"sensors"},  # the sensor registry: band identity is (sensor, band)
     {"store", "schema", "bands"},  # the ground: the store's format (eoscale.schema re-exports eoscale.store.schema)
     {"classes"},

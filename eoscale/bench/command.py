@@ -11,6 +11,7 @@ import importlib
 from eoscale.bench.record import invoked_as
 
 BENCHMARKS = {
+    "acquire": ("eoscale.bench.acquire", "staging a season's STAC Items from a local HTTP server and reading the cache vs a direct odc.stac.load of the same items and bands (alternated); peak RSS of staging 20 and 200 items over one tile"),
     "active": ("eoscale.bench.active", "active learning: held-out accuracy per label added, uncertainty sampling (eoscale sample --by mixed) against random sampling"),
     "adapters": ("eoscale.bench.adapters", "MAE backbone: scratch vs full fine-tuning vs LoRA vs linear probe (all and 10% labels); LoRA's parameters, step time, memory"),
     "calibration": ("eoscale.bench.calibration", "temperature scaling: test-split ECE before/after (fitted on val); entropy on wrong vs right pixels and its AUROC for errors, also from predict's uncertainty COG on an unseen scene"),

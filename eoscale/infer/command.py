@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if run_options.store is not None and config.server:
         raise options.InputError(f"{options.flag('store')} evaluates a checkpoint in this process: drop "
                                  f"{options.flag('server')} and give {options.flag('checkpoint')}")
+    config = _staged_items(config, run_options)
     config = _resolve_checkpoint(config, run_options)
     if run_options.store is not None:
         return _evaluate(config, run_options)
@@ -64,7 +65,36 @@ def run(args: argparse.Namespace) -> int:
     if run_id:
         print(f"MLflow run {run_id} (experiment 'eoscale-predict')")
         _note_run(result, run_id, run_options.tracking_uri or default_tracking_uri(Path(config.output)))
+        if run_options.items:
+            _log_staging(run_id, run_options, run_options.tracking_uri or default_tracking_uri(Path(config.output)))
     return 0
+
+
+def _staged_items(config: options.PredictConfig, run_options: options.RunOptions) -> options.PredictConfig:
+    """`--items LIST`: the scenes are the staged Items of the frozen list, read from the cache (offline)."""
+    if run_options.cache and not run_options.items:
+        raise options.InputError(f"{options.flag('cache')} is where {options.flag('items')} are staged: give "
+                                 f"{options.flag('items')} LIST too")
+    if not run_options.items:
+        return config
+    from dataclasses import replace
+
+    from eoscale.acquire.cache import staged_items
+
+    return replace(config, stac=staged_items(run_options.items, run_options.cache))
+
+
+def _log_staging(run_id: str, run_options: options.RunOptions, tracking_uri: str) -> None:
+    """`--items`: how the staged inputs came (`eoscale stage`'s log: fetched, damaged, retries, seconds waited,
+    bytes) as the run's `stage/*` metrics."""
+    from mlflow.tracking import MlflowClient
+
+    from eoscale.acquire.cache import default_cache, stage_totals
+
+    cache = Path(run_options.cache or default_cache(run_options.items))
+    client = MlflowClient(tracking_uri)
+    for key, value in stage_totals(cache).items():
+        client.log_metric(run_id, f"stage/{key}", value)
 
 
 def _summarize_profile(output: Path) -> list[Path]:

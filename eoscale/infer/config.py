@@ -116,6 +116,11 @@ class RunOptions:
 
     store: str | None = option("--store", "a tile store: evaluate on its --split instead of mapping scenes",
                                default=None, action=Paths, group="source")
+    items: str | None = option("--items", "scenes as the Items of a frozen item list ('eoscale search'), read from "
+                               "the cache 'eoscale stage' downloaded them into (offline: nothing is fetched)",
+                               default=None, metavar="LIST", action=Paths, group="source")
+    cache: str | None = option("--cache", "with --items: the staging cache (default: beside the list, LIST's name "
+                               "with .cache)", default=None, metavar="DIR", action=Paths)
     split: str = option("--split", "with --store: the split to evaluate on", default="test", choices=SPLITS)
     num_workers: int = option("--num-workers", "with --store: data-loading workers", default=0, type=int,
                               show_default=False)

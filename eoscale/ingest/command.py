@@ -57,6 +57,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="scenes as STAC Items: an Item JSON, an ItemCollection JSON or a folder of Item JSON files "
                              "(Sentinel-2 L2A COGs, Landsat C2 L2, RGB/RGBN), assets as local or relative files; "
                              "bands by name, asset key or common name (--bands blue,green,red,nir)")
+    parser.add_argument("--items", metavar="LIST",
+                        help="scenes as the Items of a frozen item list ('eoscale search'), read from the cache "
+                             "'eoscale stage' downloaded them into (offline: nothing is fetched)")
+    parser.add_argument("--cache", metavar="DIR",
+                        help="with --items: the staging cache (default: beside the list, LIST's name with .cache)")
     parser.add_argument("--reference-sensor", metavar="NAME",
                         help="scenes of several sensors (Sentinel-2 and Sentinel-1 folders or Items, given together): "
                              "the sensor whose scenes are the store's grids, the others' bands warped onto them "
@@ -174,13 +179,20 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.raster.static import parse_layers
 
     console = Console(stderr=True, soft_wrap=True)
+    if args.cache and not args.items:
+        raise InputError("--cache is where --items are staged: give --items LIST too")
+    stac = args.stac
+    if args.items:
+        from eoscale.acquire.cache import staged_items
+
+        stac = [*(stac or []), *staged_items(args.items, args.cache)]
     with warnings.catch_warnings(), _scheduler(args) as scheduler:
         warnings.simplefilter("ignore", UserWarning)  # reported below, in one line
         summary = ingest(
             args.scenes, args.output, labels=args.labels, targets=args.targets, target_name=args.target_name,
             target_units=args.target_units, classes=args.classes, bands=args.bands,
             band_names=args.band_names, band_map=parse_band_map(args.band_map),
-            scl_classes=args.scl_classes, stac=args.stac, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
+            scl_classes=args.scl_classes, stac=stac, tile_size=args.tile_size, stride=args.stride, shard_tiles=args.shard_tiles,
             min_valid=args.min_valid, split=args.split, split_block=args.split_block, seed=args.seed,
             codec=args.codec, level=args.level, workers=args.workers, scheduler=scheduler,
             overwrite=args.overwrite, verify=args.verify, progress=not args.quiet,
