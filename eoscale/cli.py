@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("eoscale.train.launch.command", "evaluate a checkpoint on a tile store's val split (LightningCLI)"),
     "test": ("eoscale.train.launch.command", "evaluate a checkpoint on a tile store's test split (LightningCLI)"),
     "predict": ("eoscale.infer.command", "map scenes to land-cover COGs with a checkpoint (sliding windows, blended, out-of-core)"),
+    "embed": ("eoscale.infer.embed_command", "embedding fields (int8 COGs, one band a dimension) of whole scenes from a checkpoint's or a pretrained backbone's features"),
     "calibrate": ("eoscale.infer.calibrate", "fit a class checkpoint's temperature on a tile store's split so its probabilities are calibrated (ECE before/after)"),
     "plan": ("eoscale.train.planning.plan", "predict each strategy's memory per GPU (DDP, FSDP2, ZeRO-2/3) and traffic for a config before booking nodes"),
     "consolidate": ("eoscale.train.strategies.consolidate", "turn a sharded (FSDP or DeepSpeed) checkpoint folder into one checkpoint file"),
