@@ -38,6 +38,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "assess": ("eoscale.maps.assess_command", "accuracy and class areas of a map with 95 %% confidence intervals (Olofsson et al. 2014)"),
     "mosaic": ("eoscale.maps.mosaic_command", "one COG from the maps of several scenes (any UTM zones), overlaps by confidence"),
     "change": ("eoscale.maps.change_command", "a from–to change map (COG, transition areas) between two land-cover maps of one place"),
+    "fewshot": ("eoscale.maps.fewshot_command", "a land-cover map from an embedding field and a few labelled pixels (logistic, kNN or MLP head)"),
+    "similar": ("eoscale.maps.similar_command", "a similarity map (cosine) of an embedding field to a few example points or polygons"),
     "lineage": ("eoscale.maps.lineage_command", "the chain map → checkpoint → training run → store → scenes, and what changed since"),
     "serve": ("eoscale.serve.command", "serve a checkpoint and its LoRA adapters with Triton Inference Server (HTTP/gRPC, dynamic batching)"),
     "compare": ("eoscale.track.command", "compare MLflow training runs: throughput, scaling efficiency, time to a target mIoU"),
