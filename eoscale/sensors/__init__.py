@@ -3,6 +3,7 @@
 One module a sensor, each registering one `SensorSpec` (`eoscale.sensors.registry`): Sentinel-2A/B/C MSI
 (`sentinel2`), Landsat 8/9 OLI (Collection 2 Level-2 surface reflectance, `SR_B1`…`SR_B7`: `landsat`), Sentinel-1 C-SAR
 backscatter (`VV`, `VH`: `sentinel1`), the Copernicus DEM's static layers (`ELEVATION`, `SLOPE`, `ASPECT`: `copdem`),
+embedding fields in the Satellite Embedding layout (`A00`…, int8 de-quantised as `(v/127.5)² · sign(v)`: `embedding`),
 and a `generic`
 sensor for RGB/RGBN imagery (aerial mosaics) whose bands are named by the user or by GDAL's colour interpretation.
 A spec holds the band table per platform (central wavelength, bandwidth, native ground sampling), the file-name band
