@@ -291,3 +291,12 @@ def test_few_shot_user_mistakes_are_one_line(embedded, tmp_path, capsys):
                  str(tmp_path / "b")]) == 2
     assert "no column 'label'" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
+
+
+def test_eoscale_change_of_two_fields_writes_the_distance(embedded, tmp_path):
+    # guards the route through `eoscale change`: two fields give field_change.tif (1 - cosine), not a class change map
+    assert main(["change", str(embedded["field"]), str(embedded["field"]), "--output", str(tmp_path)]) == 0
+    with rasterio.open(tmp_path / "field_change.tif") as src:
+        d = src.read(1)
+    assert np.nanmax(np.abs(d)) < 1e-5 and np.isnan(d[NODATA_BOX]).all()
+    assert json.loads((tmp_path / "field_change.json").read_text())["valid_pixels"] == HEIGHT * WIDTH - 20 * 30
