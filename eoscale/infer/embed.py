@@ -7,14 +7,15 @@ Two layers:
 
 - `decoder` (a fitted model's checkpoint, the default): the features the model's last 1×1 classifier sees, the FPN
   decoder's fused map at the finest stride, upsampled to the window by the model's own interpolation. The model is
-  the checkpoint's network with its classifier replaced by the identity (and its per-pixel spectral head, whose
+  the checkpoint's network with its classifier replaced by `UnitVectors` (and its per-pixel spectral head, whose
   logits are added to the classes', left out): the same class, so a temporal model is still handed its dates
   (`eoscale.infer.stacked`) and a change model its two dates, through the input spec as `predict` does.
 - `backbone`: the backbone's last (coarsest) feature map, upsampled bilinearly to the window; the only layer of a
   foundation backbone (`backbone.safetensors` from `eoscale pretrain`), which has no decoder.
 
-The vectors are made unit-length per window before blending (`unit_vectors`, the writer's `activate`), and again after
-(`eoscale.infer.outputs.embedding`), so a pixel's vector is the direction the windows covering it agree on.
+The vectors are made unit length at the features' own stride, before the upsampling to the window and the blending
+(`UnitVectors`), and again after the blending (`eoscale.infer.outputs.embedding`), so a pixel's vector is the direction
+the windows covering it agree on.
 """
 
 from __future__ import annotations
@@ -43,8 +44,22 @@ class Layer:
     backbone: str
 
 
+def unit_vectors(features: Tensor) -> Tensor:
+    """`features` (B, D, H, W) as float32 vectors of length 1 along D (a zero vector stays zero)."""
+    return F.normalize(features.float(), dim=1, eps=1e-12)
+
+
+class UnitVectors(nn.Module):
+    """`unit_vectors` as a layer: in place of a model's classifier, at the features' own stride, so that the model's
+    upsampling to the window and the blending work on unit vectors without normalising 16× as many pixels after."""
+
+    def forward(self, features: Tensor) -> Tensor:
+        return unit_vectors(features)
+
+
 class BackboneFeatures(nn.Module):
-    """The last feature map of `backbone` (after `stem`, a model of several sensors' stems), at the input's size."""
+    """The last feature map of `backbone` (after `stem`, a model of several sensors' stems), made unit length, at the
+    input's size."""
 
     def __init__(self, backbone: Backbone, stem: nn.Module | None = None) -> None:
         super().__init__()
@@ -52,14 +67,8 @@ class BackboneFeatures(nn.Module):
         self.stem = stem if stem is not None else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
-        features = self.backbone(self.stem(x))[-1]
+        features = unit_vectors(self.backbone(self.stem(x))[-1])
         return F.interpolate(features, size=x.shape[-2:], mode="bilinear", align_corners=False)
-
-
-def unit_vectors(features: Tensor) -> Tensor:
-    """`features` (B, D, H, W) as float32 vectors of length 1 along D (a zero vector stays zero)."""
-    features = features.float()
-    return features / torch.linalg.vector_norm(features, dim=1, keepdim=True).clamp_min(1e-12)
 
 
 def embedding_network(network: nn.Module, layer: str, *, backbone: str) -> tuple[nn.Module, Layer]:
@@ -71,7 +80,7 @@ def embedding_network(network: nn.Module, layer: str, *, backbone: str) -> tuple
         if not isinstance(classifier, nn.Conv2d):
             raise InputError(f"a {type(network).__name__} ({backbone}) has no decoder whose features could be an "
                              "embedding: use --layer backbone, or a segmentation checkpoint")
-        network.decoder.classifier = nn.Identity()
+        network.decoder.classifier = UnitVectors()
         if hasattr(network, "pixel_head"):  # its class logits are added to the decoder's: no feature of its own
             del network.pixel_head
         return network, Layer(layer, classifier.in_channels, backbone)
