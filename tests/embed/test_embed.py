@@ -300,3 +300,40 @@ def test_eoscale_change_of_two_fields_writes_the_distance(embedded, tmp_path):
         d = src.read(1)
     assert np.nanmax(np.abs(d)) < 1e-5 and np.isnan(d[NODATA_BOX]).all()
     assert json.loads((tmp_path / "field_change.json").read_text())["valid_pixels"] == HEIGHT * WIDTH - 20 * 30
+
+
+def test_a_pretrained_backbone_export_embeds_its_last_feature_map(embedded, tmp_path, capsys):
+    # guards the foundation route: a backbone.safetensors (as `eoscale pretrain` exports it) is embedded with its own
+    # band contract, one vector of the ViT's width a pixel; --layer decoder is refused in one line (it has no decoder)
+    import timm
+
+    from eoscale.bands import SENTINEL2_NAMES
+    from eoscale.models.foundation import save_backbone
+    from tests.checkpoints import MEAN, STD
+
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, in_chans=10, img_size=32)
+    export = save_backbone(vit.state_dict(), tmp_path / "backbone.safetensors", metadata={
+        "bands": list(SENTINEL2_NAMES), "mean": list(MEAN), "std": list(STD), "patch_size": 16, "img_size": 32,
+        "model": "vit_tiny_patch16_224"})
+    scene = str(embedded["root"] / "odd.tif")
+    assert main(["embed", "--checkpoint", str(export), "--input", scene, "--output", str(tmp_path / "a"),
+                 "--no-progress", "--device", "cpu"]) == 2
+    assert "--layer backbone" in capsys.readouterr().err and not (tmp_path / "a" / "odd_embedding.tif").exists()
+    assert main(["embed", "--checkpoint", str(export), "--layer", "backbone", "--input", scene, "--output",
+                 str(tmp_path / "b"), "--no-progress", "--device", "cpu"]) == 0
+    with rasterio.open(tmp_path / "b" / "odd_embedding.tif") as src:
+        assert (src.count, src.tags()["EMBEDDING_MODEL"], src.tags()["EMBEDDING_LAYER"]) == (192, "vit_tiny_patch16_224", "backbone")
+        q = src.read()
+    v, valid = dequantise(q, axis=0)
+    assert valid.sum() == HEIGHT * WIDTH - 20 * 30
+    assert np.abs(np.linalg.norm(v[:, valid], axis=0) - 1).max() < 0.05  # unit vectors, within the quantisation
+
+
+@pytest.mark.slow
+def test_two_processes_write_the_field_one_process_writes(embedded, tmp_path):
+    # guards the reuse of predict's ranks: a scene's rows split between two processes give the same bytes
+    scene = embedded["root"] / "odd.tif"
+    assert main(["embed", "--checkpoint", str(embedded["checkpoint"]), "--input", str(scene), "--output",
+                 str(tmp_path), "--devices", "2", "--no-progress", "--device", "cpu"]) == 0
+    with rasterio.open(embedded["field"]) as a, rasterio.open(tmp_path / "odd_embedding.tif") as b:
+        assert np.array_equal(a.read(), b.read())
