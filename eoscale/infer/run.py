@@ -42,6 +42,7 @@ from eoscale.infer.distributed import (
     spawn,
     wait_for,
 )
+from eoscale.infer.embed_config import EmbedConfig
 from eoscale.infer.model import PredictionModel, load_model
 from eoscale.infer.outputs import (
     Georef,
@@ -173,7 +174,7 @@ def _arguments(config: PredictConfig) -> dict:
 
     from eoscale.infer.config import flag
 
-    arguments = {flag(f.name): getattr(config, f.name) for f in fields(config) if f.name not in PER_PROCESS}
+    arguments = {f.metadata["flag"]: getattr(config, f.name) for f in fields(config) if f.name not in PER_PROCESS}
     arguments["scene files"] = scene_paths(config.inputs) if config.inputs else []
     if config.checkpoint and os.path.isfile(config.checkpoint):
         # by name and size: a registered model's file is in each node's cache folder, whose path may differ
@@ -195,6 +196,11 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         from eoscale.infer.remote import connect_model, served_model_name
 
         model = connect_model(config.server, served_model_name(config.model, config.adapter))
+    elif isinstance(config, EmbedConfig):  # `eoscale embed`: the checkpoint's features, not its output
+        from eoscale.infer.embed import load_embedding_model
+
+        model, layer = load_embedding_model(config.checkpoint, layer=config.layer, adapter=config.adapter,
+                                            device=device)
     else:
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
     # a checkpoint of a store from before ingest refused a band of std 0: refused before any work, naming the band
@@ -228,7 +234,12 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")
-    writer = writer_for(model.contract)(model.contract, confidence=config.confidence, **class_layers(config, model))
+    if isinstance(config, EmbedConfig):
+        from eoscale.infer.outputs.embedding import EmbeddingWriter
+
+        writer: OutputWriter = EmbeddingWriter(model.contract, layer=layer, float_field=config.float_field)
+    else:
+        writer = writer_for(model.contract)(model.contract, confidence=config.confidence, **class_layers(config, model))
     if outputs:
         check_outputs(config, ids, writer)
     window = config.window or model.contract.tile_size

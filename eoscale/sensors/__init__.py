@@ -3,6 +3,7 @@
 One module a sensor, each registering one `SensorSpec` (`eoscale.sensors.registry`): Sentinel-2A/B/C MSI
 (`sentinel2`), Landsat 8/9 OLI (Collection 2 Level-2 surface reflectance, `SR_B1`…`SR_B7`: `landsat`), Sentinel-1 C-SAR
 backscatter (`VV`, `VH`: `sentinel1`), the Copernicus DEM's static layers (`ELEVATION`, `SLOPE`, `ASPECT`: `copdem`),
+embedding fields in the Satellite Embedding layout (`A00`…, int8 de-quantised as `(v/127.5)² · sign(v)`: `embedding`),
 and a `generic`
 sensor for RGB/RGBN imagery (aerial mosaics) whose bands are named by the user or by GDAL's colour interpretation.
 A spec holds the band table per platform (central wavelength, bandwidth, native ground sampling), the file-name band
@@ -21,7 +22,7 @@ say, so that an old model trained on such names still maps scenes named the same
 
 from __future__ import annotations
 
-from eoscale.sensors import copdem, generic, landsat, sentinel1, sentinel2
+from eoscale.sensors import copdem, embedding, generic, landsat, sentinel1, sentinel2
 from eoscale.sensors.registry import (
     DEFAULT_SENSOR,
     GENERIC,
@@ -47,12 +48,12 @@ from eoscale.sensors.sentinel2 import is_scl_file
 
 # the built-in sensors, registered in the order they are listed and asked: Sentinel-2 (the default) first, the
 # catch-all generic camera last; a new sensor module is imported above and its SPEC added here
-for _spec in (sentinel2.SPEC, landsat.SPEC, sentinel1.SPEC, copdem.SPEC, generic.SPEC):
+for _spec in (sentinel2.SPEC, landsat.SPEC, sentinel1.SPEC, copdem.SPEC, embedding.SPEC, generic.SPEC):
     register_sensor(_spec)
 
 __all__ = [
     "DEFAULT_SENSOR", "GENERIC", "LANDSAT_OLI", "SENSORS", "SENTINEL2", "Linear", "MaskRule", "Sensor", "SensorSpec",
-    "band_in_file_name", "band_of_description", "copdem", "generic", "get_sensor", "is_scl_file", "landsat",
+    "band_in_file_name", "band_of_description", "copdem", "embedding", "generic", "get_sensor", "is_scl_file", "landsat",
     "layer_in_file_name", "parse_band_map", "recorded_sensor", "register_sensor", "sensor_of_bands",
     "sensor_of_platform", "sentinel1", "sentinel2", "unregister_sensor",
 ]

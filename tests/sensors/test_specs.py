@@ -10,7 +10,7 @@ from eoscale.errors import InputError
 
 
 def test_the_built_in_sensors_are_registered_in_order():
-    assert list(sensors.SENSORS) == ["sentinel-2", "landsat-oli", "sentinel-1", "copdem", "generic"]
+    assert list(sensors.SENSORS) == ["sentinel-2", "landsat-oli", "sentinel-1", "copdem", "embedding", "generic"]
     assert sensors.sentinel2.SPEC is sensors.get_sensor(None) is sensors.SENSORS["sentinel-2"]
     assert sensors.landsat.SPEC.mask.bits == 0b111111 and sensors.sentinel2.SPEC.mask.classes == (0, 1, 3, 8, 9, 10)
     assert sensors.Sensor is sensors.SensorSpec  # the type's old name

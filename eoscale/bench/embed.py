@@ -1,0 +1,86 @@
+"""`eoscale bench embed`: `eoscale embed`'s throughput against `eoscale predict`'s on the same backbone and scene.
+
+In one run, on one synthetic scene and one checkpoint (the architecture with random weights: speed does not depend
+on training; decoder width 64, so the field has the Satellite Embedding's 64 dimensions), the two commands run in
+turns, `--repeats` times each (predict, embed, predict, embed, …), each through `eoscale.infer.run.predict` as the
+commands call it (model loading, reading, blending, part files, COGs, STAC Item; MLflow and the console summary left
+out). The figure is the ratio of the medians of windows/s, embed over predict (goal ≥ 0.9): the same forward passes
+and reading, but the field blends and writes 64 channels a pixel where the class map blends one per class (9) and
+writes one band.
+
+    eoscale bench embed --size 1024 --repeats 3
+
+Recorded in benchmarks/embed.json with the commit and the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--size", type=int, default=1024, help="scene size in 10 m pixels, square (default: %(default)s)")
+    parser.add_argument("--backbone", default="resnet18", help="timm backbone of the model (default: %(default)s)")
+    parser.add_argument("--tile", type=int, default=128, help="the model's tile size = the window (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=16, help="windows per forward pass (default: %(default)s)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="(default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each command, in turns (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eoscale.bench.predict import _synthetic_scene, write_random_checkpoint
+    from eoscale.bench.record import record
+    from eoscale.infer.config import PredictConfig
+    from eoscale.infer.embed_config import EmbedConfig
+    from eoscale.infer.run import predict
+
+    with tempfile.TemporaryDirectory(prefix="eoscale-bench-embed-") as tmp:
+        tmp = Path(tmp)
+        scene = _synthetic_scene(tmp / "synthetic", args.size)
+        checkpoint = write_random_checkpoint(tmp / "model.ckpt", scene, backbone=args.backbone, tile=args.tile)
+        common = dict(checkpoint=str(checkpoint), inputs=[str(scene)], batch_size=args.batch_size, device=args.device,
+                      overwrite=True, progress=False)
+        configs = {"predict": PredictConfig(output=str(tmp / "maps"), **common),
+                   "embed": EmbedConfig(output=str(tmp / "fields"), **common)}
+        seconds: dict[str, list[float]] = {name: [] for name in configs}
+        windows = 0
+        for turn in range(args.repeats):
+            for name in (("predict", "embed") if turn % 2 == 0 else ("embed", "predict")):  # alternated
+                started = time.perf_counter()
+                result = predict(configs[name])
+                seconds[name].append(time.perf_counter() - started)
+                windows = result.scenes[0].windows
+        dimensions = result.scenes[0].areas["dimensions"] if "dimensions" in result.scenes[0].areas else None
+    medians = {name: statistics.median(s) for name, s in seconds.items()}
+    figures = {
+        "command": "eoscale bench embed " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "embed"] else sys.argv[1:]),
+        "commit": _commit(),
+        "model": {"backbone": args.backbone, "tile": args.tile, "decoder_channels": 64, "batch_size": args.batch_size},
+        "scene": {"size": args.size, "windows": windows}, "device": args.device, "repeats": args.repeats,
+        "dimensions": dimensions,
+        "seconds": seconds,
+        "windows_per_s": {name: windows / m for name, m in medians.items()},
+        "ratio_embed_vs_predict": medians["predict"] / medians["embed"],
+    }
+    print(f"embed vs predict on a {args.size}² scene, {args.backbone} at {args.tile} px, {windows} windows, "
+          f"{args.repeats} runs each in turns:")
+    for name, m in medians.items():
+        print(f"  {name:8s} median {m:.2f} s = {windows / m:.1f} windows/s  (runs: {', '.join(f'{s:.2f}' for s in seconds[name])})")
+    print(f"  embed / predict throughput: {figures['ratio_embed_vs_predict']:.3f} (goal ≥ 0.9)")
+    if args.record:
+        print(f"recorded in {record('embed', figures, directory=args.record)}")
+    return 0
+
+
+def _commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
