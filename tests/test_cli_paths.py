@@ -34,6 +34,7 @@ WRITTEN = {
     "consolidate output",
     "compare --output",
     "serve --log-file",
+    "stage --cache", "embed --output", "fewshot --output", "bench fewshot --work",
     "bench --record", "bench adapters --mlflow", "bench adapters --keep", "bench calibration --keep",
     "bench learning --synthetic", "bench loader --json",
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 
 from eoscale.errors import InputError
+from eoscale.paths import Paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="collections to search (e.g. sentinel-2-l2a sentinel-1-grd)")
     area = parser.add_mutually_exclusive_group(required=True)
     area.add_argument("--bbox", metavar="W,S,E,N", help="the area as a box in degrees")
-    area.add_argument("--area", metavar="FILE", help="the area as a vector file (GeoJSON, GeoPackage; the union of its "
+    area.add_argument("--area", action=Paths, metavar="FILE", help="the area as a vector file (GeoJSON, GeoPackage; the union of its "
                       "shapes, any CRS)")
     parser.add_argument("--datetime", metavar="START/END", help="the date range (RFC 3339 or dates, e.g. "
                         "2024-03-01/2024-10-31; '..' for an open end)")

@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--items", metavar="LIST",
                         help="scenes as the Items of a frozen item list ('eoscale search'), read from the cache "
                              "'eoscale stage' downloaded them into (offline: nothing is fetched)")
-    parser.add_argument("--cache", metavar="DIR",
+    parser.add_argument("--cache", action=Paths, metavar="DIR",
                         help="with --items: the staging cache (default: beside the list, LIST's name with .cache)")
     parser.add_argument("--reference-sensor", metavar="NAME",
                         help="scenes of several sensors (Sentinel-2 and Sentinel-1 folders or Items, given together): "

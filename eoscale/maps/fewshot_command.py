@@ -14,20 +14,21 @@ from __future__ import annotations
 import argparse
 
 from eoscale.maps import fewshot as module
+from eoscale.paths import Paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("field", metavar="FIELD", help="an embedding field: int8 COG of one band a dimension (eoscale "
                                                        "embed's, or the Satellite Embedding's layout), or float32")
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--points", metavar="FILE", help="labelled places: CSV (lon, lat or x, y in the field's CRS) or a "
+    source.add_argument("--points", action=Paths, metavar="FILE", help="labelled places: CSV (lon, lat or x, y in the field's CRS) or a "
                                                          "vector file (points or polygons)")
-    source.add_argument("--labels", metavar="RASTER", help="a label raster of class codes on the field's grid")
+    source.add_argument("--labels", action=Paths, metavar="RASTER", help="a label raster of class codes on the field's grid")
     parser.add_argument("--column", default="class", help="the points' column of class codes (default: %(default)s)")
     parser.add_argument("--per-class", type=int, default=None, metavar="N",
                         help="use N labelled pixels a class, drawn at random with --seed (default: all)")
     parser.add_argument("--head", default="logistic", choices=module.HEADS, help="the head (default: %(default)s)")
-    parser.add_argument("--classes", default=None, metavar="CSV", help="class table (code,name,color) for the map "
+    parser.add_argument("--classes", default=None, action=Paths, metavar="CSV", help="class table (code,name,color) for the map "
                         "(default: the label raster's, else one made from the codes)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the draw and the head (default: %(default)s)")
     parser.add_argument("--output", required=True, metavar="DIR", help="folder for fewshot.tif, fewshot_areas.csv, "

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 
 from eoscale.maps.similarity import similarity
+from eoscale.paths import Paths
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("field", metavar="FIELD", help="an embedding field (eoscale embed's, or the Satellite "
                                                        "Embedding's layout)")
-    parser.add_argument("--points", required=True, metavar="FILE", help="the examples: CSV (lon, lat or x, y) or a "
+    parser.add_argument("--points", required=True, action=Paths, metavar="FILE", help="the examples: CSV (lon, lat or x, y) or a "
                                                                         "vector file of points or polygons")
     parser.add_argument("--column", default=None, help="with --code: the column that selects the examples")
     parser.add_argument("--code", type=int, default=None, help="use the places whose --column holds this code")
