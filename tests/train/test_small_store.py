@@ -49,7 +49,7 @@ def test_the_default_recipe_trains_and_validates_on_a_small_float_scene(tmp_path
     out = capsys.readouterr().out
     assert ("batch_size=32 is larger than each rank's share of the 'train' split (17 tiles on each of 1 ranks): "
             "lowered to 17 (fit_batch_size)") in out
-    best = next((tmp_path / "fit").rglob("epoch=*.ckpt"))  # the best checkpoint: val mIoU was measured
+    best = next((tmp_path / "fit").rglob("epoch*-miou*.ckpt"))  # the best checkpoint: val mIoU was measured
     saved = torch.load(best, weights_only=True)
     assert saved["eoscale"]["input_scale"] == {"scale": 10000.0, "offset": 0.0}
     assert 0 <= float(saved["callbacks"][next(k for k in saved["callbacks"] if "ModelCheckpoint" in k)][
