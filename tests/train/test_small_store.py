@@ -52,7 +52,7 @@ def test_the_default_recipe_trains_and_validates_on_a_small_float_scene(tmp_path
     best = next((tmp_path / "fit").rglob("epoch*-miou*.ckpt"))  # the best checkpoint: val mIoU was measured
     saved = torch.load(best, weights_only=True)
     assert saved["eoscale"]["input_scale"] == {"scale": 10000.0, "offset": 0.0}
-    assert 0 <= float(saved["callbacks"][next(k for k in saved["callbacks"] if "ModelCheckpoint" in k)][
+    assert 0 <= float(saved["callbacks"][next(k for k in saved["callbacks"] if "Checkpoint{" in k)][
         "best_model_score"]) <= 1
 
     assert main(["predict", "--checkpoint", str(best), "--input", str(scene), "--output", str(tmp_path / "maps"),
