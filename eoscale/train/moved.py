@@ -5,14 +5,18 @@ keep working; each warns once a process when it is imported (`warn_moved`: a `Mo
 `FutureWarning` and so shown by default), naming the old path, the new one and what to change.
 
 A checkpoint records the class path of the config it was fitted with (Lightning's `_class_path`), which its user
-cannot edit: `new_path` maps such a path to its new home without importing the old module, so reading a
-checkpoint never warns (`EoscaleCLI._parse_ckpt_path`); only what a user writes (a config, an import) does.
+cannot edit: `fit/validate/test --ckpt_path FILE` read it `quietly()` and name the model's class at its new home
+(`new_path`, which imports nothing) from then on (`eoscale.train.launch.cli`), so a checkpoint never warns and the
+checkpoints and configs a run writes name the new paths; only what a user writes (a config, an import) warns.
+`predict` never reads a class path: it rebuilds the network from the checkpoint's model arguments.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 # old module -> its home since the split (for the three modules whose names went to several homes, the home of
 # their main names; `ELSEWHERE` has the others)
@@ -83,12 +87,24 @@ def message(old: str) -> str:
 
 
 _WARNED: set[str] = set()
+_QUIET = [0]  # how many `quietly()` blocks are open
+
+
+@contextmanager
+def quietly() -> Iterator[None]:
+    """Old modules imported inside do not warn: for reading what a checkpoint recorded, which no user can edit.
+    (Such a module is then imported; a later import of it in this process does not warn either.)"""
+    _QUIET[0] += 1
+    try:
+        yield
+    finally:
+        _QUIET[0] -= 1
 
 
 def warn_moved(old: str) -> None:
     """Warn that module `old` (a key of `MOVED`) was imported, the first time in this process. Called by the old
     module as it is imported; the warning points at the line that imported it."""
-    if old in _WARNED:
+    if old in _WARNED or _QUIET[0]:
         return
     _WARNED.add(old)
     warnings.warn(message(old), MovedPathWarning, stacklevel=_importer_level())
