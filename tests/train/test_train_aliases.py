@@ -130,25 +130,50 @@ def test_the_pipeline_check_reads_old_class_paths():
         refuse_task("eoscale.train.dino.DINOTask")
 
 
-def test_an_old_yaml_fits_and_warns_once(store: Path, tmp_path: Path, monkeypatch, one_thread):
-    # guards: a user's config naming `eoscale.train.task.SegmentationTask` that stops fitting, or warns at each of the
-    # several times LightningCLI resolves the class path
+def _fit(subcommand: str, config: Path, store: Path, root: Path, *more: str) -> list[str]:
+    """`eoscale <subcommand>` of one step in this process; the messages of the moved-path warnings it gave."""
     from eoscale.train.launch.main import main
 
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # Python's own once-per-place filter must not be what hides a repeat
+        main([subcommand, "--config", str(config), "--data.init_args.store", str(store),
+              "--data.init_args.num_workers", "0", "--data.init_args.batch_size", "4",
+              "--trainer.default_root_dir", str(root), "--trainer.logger", "false", "--trainer.max_steps", "1",
+              "--trainer.limit_val_batches", "1", "--trainer.val_check_interval", "1", *more])
+    return [str(w.message) for w in caught if issubclass(w.category, MovedPathWarning)]
+
+
+def _first_import_in_this_process(monkeypatch) -> None:
+    monkeypatch.setattr(moved, "_WARNED", set())
+    monkeypatch.delitem(sys.modules, "eoscale.train.task", raising=False)
+
+
+def test_an_old_yaml_fits_and_warns_once(store: Path, tmp_path: Path, monkeypatch, one_thread):
+    # guards: a user's config naming `eoscale.train.task.SegmentationTask` that stops fitting, warns at each of the
+    # several times LightningCLI resolves the class path, or passes the old path on to the checkpoints it writes
     old = tmp_path / "old.yaml"
     old.write_text((ROOT / "configs" / "smoke.yaml").read_text().replace(
         "eoscale.train.tasks.segmentation.SegmentationTask", "eoscale.train.task.SegmentationTask"))
     assert "class_path: eoscale.train.task.SegmentationTask" in old.read_text()
-    monkeypatch.setattr(moved, "_WARNED", set())
-    monkeypatch.delitem(sys.modules, "eoscale.train.task", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        main(["fit", "--config", str(old), "--data.init_args.store", str(store), "--data.init_args.num_workers", "0",
-              "--data.init_args.batch_size", "4", "--trainer.default_root_dir", str(tmp_path),
-              "--trainer.logger", "false", "--trainer.max_steps", "1", "--trainer.limit_val_batches", "1",
-              "--trainer.val_check_interval", "1", "--checkpoint.dirpath", str(tmp_path / "checkpoints")])
-    warned = [str(w.message) for w in caught if issubclass(w.category, MovedPathWarning)]
+    _first_import_in_this_process(monkeypatch)
+    warned = _fit("fit", old, store, tmp_path, "--checkpoint.dirpath", str(tmp_path / "checkpoints"))
     assert len(warned) == 1 and warned[0].startswith("eoscale.train.task has moved to "), warned
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     assert saved["global_step"] == 1 and saved["state_dict"]
+    assert saved["hyper_parameters"]["_class_path"] == "eoscale.train.tasks.segmentation.SegmentationTask"
+
+
+def test_an_old_checkpoint_validates_without_a_warning(store: Path, tmp_path: Path, monkeypatch, one_thread):
+    # guards: a checkpoint that records an old class path (every fit from the configs of before did) warning its user,
+    # who cannot edit it, when `--ckpt_path` reads its hyperparameters into the config
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    smoke = ROOT / "configs" / "smoke.yaml"
+    _fit("fit", smoke, store, tmp_path, "--checkpoint.dirpath", str(tmp_path / "checkpoints"))
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    saved["hyper_parameters"]["_class_path"] = "eoscale.train.task.SegmentationTask"  # as fits of before wrote it
+    assert saved["hyper_parameters"]["_instantiator"] == "lightning.pytorch.cli.instantiate_module"
+    torch.save(saved, tmp_path / "old.ckpt")
+    _first_import_in_this_process(monkeypatch)
+    assert _fit("validate", smoke, store, tmp_path, "--ckpt_path", str(tmp_path / "old.ckpt")) == []
+    assert "eoscale.train.task" in sys.modules  # it was read (and validated), quietly
