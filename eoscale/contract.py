@@ -39,7 +39,7 @@ from eoscale.sensors.groups import SensorGroup, groups_of, parse_groups
 
 CONTRACT_KEY = "eoscale"
 METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
-RUN_KEY = "eoscale_mlflow_run_id"  # in a checkpoint: the MLflow run that wrote it (`eoscale.train.monitor`)
+RUN_KEY = "eoscale_mlflow_run_id"  # in a checkpoint: the MLflow run that wrote it (`eoscale.train.callbacks.monitor`)
 # in a checkpoint (plain data): where it comes from, for `eoscale lineage`:
 #   {"run": {run_id, tracking_uri, experiment_id}, "store": {path, fingerprint, scenes: [{scene, role, path, size,
 #    sha256}]}, "eoscale_version"}; a link nobody knew is None

@@ -27,7 +27,7 @@ STD = tuple(1000.0 for _ in SENTINEL2_NAMES)
 
 def make_checkpoint(path: Path, *, backbone: str = "test_resnet", bands: tuple[str, ...] = SENTINEL2_NAMES,
                     tile: int = TILE, seed: int = 0) -> Path:
-    from eoscale.train.task import SegmentationTask
+    from eoscale.train.tasks.segmentation import SegmentationTask
 
     task = SegmentationTask(backbone=backbone, decoder_channels=8, in_chans=len(bands), num_classes=len(TABLE),
                             img_size=tile, init_seed=seed)

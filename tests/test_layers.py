@@ -90,7 +90,7 @@ def test_the_check_sees_a_wrong_import(tmp_path, monkeypatch):
     """The checker itself: a lazy upward import inside a function is found."""
     fake = tmp_path / "eoscale"
     (fake / "models").mkdir(parents=True)
-    (fake / "models" / "__init__.py").write_text("def f():\n    from eoscale.train.task import X\n")
+    (fake / "models" / "__init__.py").write_text("def f():\n    from eoscale.train.tasks.segmentation import X\n")
     monkeypatch.setattr(__import__(__name__, fromlist=["ROOT"]), "ROOT", fake)
     assert ("models", "train") in {(s, d) for s, d, _ in imports()}
 

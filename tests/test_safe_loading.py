@@ -33,7 +33,7 @@ def crafted(tmp_path):
 
 
 def test_fit_resume_reads_the_run_id_without_running_code(crafted):
-    from eoscale.train.monitor import resume_run_id
+    from eoscale.train.callbacks.monitor import resume_run_id
 
     path, marker = crafted
     assert resume_run_id(path) is None and not marker.exists()
@@ -52,7 +52,7 @@ def test_checkpoint_readers_refuse_it(crafted):
 
 
 def test_consolidate_refuses_crafted_metadata(crafted, tmp_path):
-    from eoscale.train.checkpoint import consolidate
+    from eoscale.train.strategies.consolidate import consolidate
 
     path, marker = crafted
     folder = tmp_path / "sharded"

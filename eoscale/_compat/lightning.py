@@ -6,7 +6,9 @@
   that a tensor-parallel run resumes with (`eoscale.train.strategies.tp`);
 - the private hooks of `DeepSpeedStrategy` that `eoscale.train.strategies.zero.ZeroStrategy` overrides
   (`_setup_model_and_optimizer`, `_init_deepspeed_distributed`, `_get_process_group_backend`,
-  `_create_default_config`, `_init_config_if_needed`, `_auto_select_batch_size`): `ZERO_HOOKS.require()`.
+  `_create_default_config`, `_init_config_if_needed`, `_auto_select_batch_size`): `ZERO_HOOKS.require()`;
+- `LightningCLI._parse_ckpt_path`, which `eoscale.train.launch.cli.EoscaleCLI` wraps so that a checkpoint's old
+  class path does not warn (`eoscale.train.moved.quietly`); were it renamed, such a checkpoint would only warn.
 """
 
 from __future__ import annotations

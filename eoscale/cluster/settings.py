@@ -100,7 +100,7 @@ def boolean(value: Any) -> bool:
 STRATEGIES = ("ddp", "fsdp", "zero2", "zero3", "zero3_offload", "fsdp2_tp", "pipeline")
 """The training strategies a job can name: one config fragment each in configs/strategy/ (a test keeps the two equal)."""
 RAY_STRATEGIES = ("ddp", "fsdp")
-"""Those Ray Train runs (eoscale.train.ray_launcher has Ray's DDP and FSDP2 strategies, no DeepSpeed or TP)."""
+"""Those Ray Train runs (eoscale.train.launch.ray_launcher has Ray's DDP and FSDP2 strategies, no DeepSpeed or TP)."""
 
 
 def choice(*allowed: str) -> Callable[[Any], str]:

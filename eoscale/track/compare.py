@@ -1,6 +1,6 @@
 """Training runs from MLflow side by side: throughput, scaling efficiency, time and cost to a target mIoU.
 
-Everything comes from what `eoscale fit` logs (`eoscale.train.monitor`): the `run/*` and `data/*` params
+Everything comes from what `eoscale fit` logs (`eoscale.train.callbacks.monitor`): the `run/*` and `data/*` params
 (strategy, world size, nodes, devices per node, precision, global batch, Slurm job, band contract) and
 the metrics `throughput/samples_per_s`, `throughput/samples_per_s_device`, `time/epoch_s`,
 `memory/peak_mb`, `steptime/data_wait_share` (the share of a step spent waiting for the loader: near 1, the run
@@ -33,7 +33,7 @@ THROUGHPUT = "throughput/samples_per_s"
 THROUGHPUT_DEVICE = "throughput/samples_per_s_device"
 EPOCH_TIME = "time/epoch_s"
 PEAK_MEMORY = "memory/peak_mb"
-DATA_WAIT = "steptime/data_wait_share"  # the share of a step blocked on the loader (eoscale.train.steptime)
+DATA_WAIT = "steptime/data_wait_share"  # the share of a step blocked on the loader (eoscale.train.callbacks.steptime)
 EFFICIENCY = "compare/efficiency"  # written back to each compared run, for MLflow's own compare view
 # what identifies "the same model and data" for the efficiency baseline: no paths, which differ by machine
 GROUP_PARAMS = ("run/model", "run/backbone", "data/bands", "data/tile_size", "data/classes")

@@ -8,5 +8,6 @@
 - `planning/`: memory and traffic of each strategy before a run (`eoscale plan`).
 
 The flat module names of before (`eoscale.train.task`, `.zero`, `.fsdp`, …) stay as re-exports, so configs naming
-`eoscale.train.task.SegmentationTask` keep working. Imports stay lazy here: `eoscale --help` must not pay for torch.
+`eoscale.train.task.SegmentationTask` keep working; each warns once when imported (`eoscale.train.moved`). Imports
+stay lazy here: `eoscale --help` must not pay for torch.
 """

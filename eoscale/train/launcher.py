@@ -1,4 +1,5 @@
-"""Moved to `eoscale.train.launch.options`; this path stays so that configs, notebooks and imports naming it keep working.
+"""Moved to `eoscale.train.launch.options`; this path stays so that configs, notebooks and imports naming it keep working,
+and warns once when imported (`eoscale.train.moved`).
 
 The module here *is* the new one (the same object in `sys.modules`), so its classes, functions and settings are
 the same objects under either name.
@@ -7,5 +8,7 @@ the same objects under either name.
 import sys
 
 import eoscale.train.launch.options as _moved
+from eoscale.train.moved import warn_moved
 
+warn_moved("eoscale.train.launcher")
 sys.modules[__name__] = _moved

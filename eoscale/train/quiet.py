@@ -13,7 +13,7 @@ eoscale user nothing or something wrong:
   distributed fit: those values come from torchmetrics' `compute()`, which has all-reduced them already
   (`SegmentationTask._log_epoch`); following the advice would average them again;
 - under DeepSpeed ZeRO: torch's deprecation warnings for the collectives DeepSpeed calls, and Lightning's note that
-  its clipping hook does not clip (DeepSpeed clips, at the trainer's `gradient_clip_val`: `eoscale.train.zero`).
+  its clipping hook does not clip (DeepSpeed clips, at the trainer's `gradient_clip_val`: `eoscale.train.strategies.zero`).
 
 `ModelSummary` is Lightning's rich model summary without the FLOPs column and "Total FLOPs: 0" line, which
 Lightning prints for every model that sets no `example_input_array`; `ProgressBar` is its rich progress bar
@@ -40,7 +40,7 @@ NOISE = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
     r"Your `IterableDataset` has `__len__` defined",
     r"It is recommended to use `self.log\('(val|test)_(accuracy|f1|miou|iou/)",
-    # DeepSpeed ZeRO (eoscale.train.zero): its collectives call torch's deprecated names, and Lightning says the
+    # DeepSpeed ZeRO (eoscale.train.strategies.zero): its collectives call torch's deprecated names, and Lightning says the
     # clipping hook will not clip, which eoscale's never asked it to: DeepSpeed clips at the trainer's value
     r"`torch.distributed.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
     r"Since DeepSpeed handles gradient clipping internally",

@@ -1,7 +1,8 @@
 """Moved: `BaseTask` to `eoscale.train.tasks.base`, `SegmentationTask` and its loss to
 `eoscale.train.tasks.segmentation`. This path stays so that configs naming `eoscale.train.task.SegmentationTask`,
-and imports of it, keep working."""
+and imports of it, keep working, and warns once when imported (`eoscale.train.moved`)."""
 
+from eoscale.train.moved import warn_moved
 from eoscale.train.tasks.base import BaseTask, warmup_cosine
 from eoscale.train.tasks.segmentation import (
     SPLITS,
@@ -11,6 +12,8 @@ from eoscale.train.tasks.segmentation import (
     _metric_name,
     dice_loss,
 )
+
+warn_moved("eoscale.train.task")
 
 __all__ = ["BaseTask", "Loss", "SPLITS", "SegmentationLoss", "SegmentationTask", "_metric_name", "dice_loss",
            "warmup_cosine"]

@@ -71,7 +71,7 @@ def test_resume_from_another_layout_warns_and_names_what_differs(store):
 
 
 class _Stop(Callback):
-    """Save a checkpoint and stop, as `eoscale.train.requeue` does: after batch `batch` of epoch `epoch`, or at
+    """Save a checkpoint and stop, as `eoscale.train.launch.requeue` does: after batch `batch` of epoch `epoch`, or at
     the end of that epoch (`batch=None`, as `ModelCheckpoint` does)."""
 
     def __init__(self, path, epoch: int, batch: int | None) -> None:

@@ -58,7 +58,7 @@ def test_predict_with_an_adapter(adapted, scene, tmp_path, capsys):
 def test_checkpoint_of_a_lora_fit(tmp_path):
     """A checkpoint trained with `finetune: lora` holds LoRA layers: rebuilt as trained, then merged."""
     from eoscale.contract import CONTRACT_KEY
-    from eoscale.train.task import SegmentationTask
+    from eoscale.train.tasks.segmentation import SegmentationTask
     from tests.checkpoints import MEAN, STD, TABLE
 
     task = SegmentationTask(backbone="test_vit", decoder_channels=8, in_chans=10, num_classes=4, img_size=32,

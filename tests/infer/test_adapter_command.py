@@ -15,7 +15,7 @@ from tests.checkpoints import make_checkpoint, write_adapter
 def _adapter(root, checkpoint, name: str, *, r: int = 2, backbone_kwargs: dict | None = None, mean_shift: float = 100.0):
     """Write adapter `name` into `root/adapters/` as a LoRA fit would: non-zero LoRA updates, its own head,
     and a store with other statistics; returns the unmerged model."""
-    from eoscale.train.task import SegmentationTask
+    from eoscale.train.tasks.segmentation import SegmentationTask
 
     base = load_model(checkpoint)
     if backbone_kwargs:  # another backbone shape: the adapter does not fit the checkpoint

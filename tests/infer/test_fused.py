@@ -40,7 +40,7 @@ def place(tmp_path_factory):
 def fused_checkpoint(tmp_path_factory) -> Path:
     """A checkpoint whose contract lists Sentinel-2's and Sentinel-1's bands as two sensors, as a fit on a store of
     both writes (a plain network over every band: a valid network of several sensors)."""
-    from eoscale.train.task import SegmentationTask
+    from eoscale.train.tasks.segmentation import SegmentationTask
 
     bands = (*SENTINEL2_NAMES, *RADAR)
     task = SegmentationTask(backbone="test_resnet", decoder_channels=8, in_chans=len(bands), num_classes=len(TABLE),

@@ -34,7 +34,7 @@ def place(tmp_path_factory):
 
 def _checkpoint(path: Path, static: tuple[str, ...]) -> Path:
     """A checkpoint whose contract lists Sentinel-2's bands and `static`, as a fit on such a store writes."""
-    from eoscale.train.task import SegmentationTask
+    from eoscale.train.tasks.segmentation import SegmentationTask
 
     bands = (*SENTINEL2_NAMES, *static)
     task = SegmentationTask(backbone="test_resnet", decoder_channels=8, in_chans=len(bands), num_classes=len(TABLE),

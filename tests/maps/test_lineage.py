@@ -21,7 +21,7 @@ from eoscale.cli import main
 from eoscale.contract import LINEAGE_KEY, load_checkpoint
 from eoscale.data.store import check_shards, read_store_attrs
 from eoscale.infer.run import PredictConfig, predict
-from eoscale.train.monitor import store_lineage
+from eoscale.train.callbacks.monitor import store_lineage
 from tests.checkpoints import make_checkpoint
 from tests.stores import make_store
 

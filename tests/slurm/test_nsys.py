@@ -1,5 +1,5 @@
 """`--set nsys=true`: each rank of a training job runs under `nsys profile`, with its own report file and the
-capture range of `eoscale.train.steptime`. The rendered script runs here with stand-ins: an `srun` that starts
+capture range of `eoscale.train.callbacks.steptime`. The rendered script runs here with stand-ins: an `srun` that starts
 its command once per task (SLURM_PROCID 0 and 1) and an `nsys` that records what it was given."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from eoscale.errors import InputError
 from eoscale.slurm import render
-from eoscale.train.steptime import CAPTURE_RANGE
+from eoscale.train.callbacks.steptime import CAPTURE_RANGE
 from tests.processes import VENV
 
 SRUN = """#!/usr/bin/env python3

@@ -1,5 +1,5 @@
 """The fit template on the local Slurm cluster: two gloo DDP ranks as two srun tasks, and Lightning's
-auto-requeue as eoscale does it (`eoscale.train.requeue`): SIGUSR1 → every rank saves the hpc checkpoint at one
+auto-requeue as eoscale does it (`eoscale.train.launch.requeue`): SIGUSR1 → every rank saves the hpc checkpoint at one
 step → `scontrol requeue` → the requeued job resumes from it."""
 
 from __future__ import annotations

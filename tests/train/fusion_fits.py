@@ -72,7 +72,7 @@ def fit_args(store: str, root: Path, strategy: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    from eoscale.train.cli import main as fit
+    from eoscale.train.launch.main import main as fit
 
     root, store, *strategies = argv
     for strategy in strategies:

@@ -30,7 +30,7 @@ VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224", "--model.init_args.
 
 class StateProbe(Callback):
     """Each step's training loss; at step `at_step` (gradients and optimizer state both exist) the state
-    bytes this rank holds (`eoscale.train.state`); at the end, the share of the parameters it holds (ZeRO-3
+    bytes this rank holds (`eoscale.train.planning.state`); at the end, the share of the parameters it holds (ZeRO-3
     partitions, DTensor shards), rank 0's MLflow run (None in a fit without a logger), and the global batch and
     last epoch's samples that eoscale's TrainingMonitor counts.
     Written to `<folder>/rank<r>.pt`."""
@@ -48,7 +48,7 @@ class StateProbe(Callback):
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         if trainer.global_step == self.at_step:
-            from eoscale.train.state import measure_state
+            from eoscale.train.planning.state import measure_state
 
             self.state = measure_state(pl_module, optimizer).to_dict()
 
@@ -60,7 +60,7 @@ class StateProbe(Callback):
             else:
                 local += (p.to_local() if hasattr(p, "to_local") else p).numel()
                 total += p.numel()
-        from eoscale.train.monitor import TrainingMonitor, run_facts
+        from eoscale.train.callbacks.monitor import TrainingMonitor, run_facts
 
         # what eoscale compare reads: the batch the run trains at once, and the samples its throughput counts
         facts = run_facts(trainer, pl_module)
@@ -91,7 +91,7 @@ def fit_args(store: str, root: Path, name: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    from eoscale.train.cli import main as fit
+    from eoscale.train.launch.main import main as fit
 
     root, store, *strategies = argv
     for strategy in strategies:

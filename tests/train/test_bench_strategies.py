@@ -31,7 +31,7 @@ def test_bench_strategies_records_state_step_time_and_plan(store: Path, tmp_path
                                                      abs=1e-3)
         assert len(row["step_s_each_repeat"]) == 1 and row["step_s"] > 0
         assert f"\n{name} " in out
-    # ZeRO-3 shards all of it, and in fp32 its parameter shard is its own master copy (eoscale.train.zero; DeepSpeed
+    # ZeRO-3 shards all of it, and in fp32 its parameter shard is its own master copy (eoscale.train.strategies.zero; DeepSpeed
     # alone keeps a second one: 10/16 of DDP's): 1/W
     assert rows["zero3"]["state_vs_ddp"] == pytest.approx(0.5, abs=0.01)
     assert rows["zero3"]["state_goal_met"]

@@ -12,7 +12,7 @@ from mlflow import MlflowClient
 
 from eoscale.contract import BandContract
 from eoscale.models.calibration import PixelSample, nll
-from eoscale.train.cli import main
+from eoscale.train.launch.main import main
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eoscale.train.cli import EoscaleCLI
+from eoscale.train.launch.cli import EoscaleCLI
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 OPTIONS = {CONFIGS / "profile.yaml"}  # options of any run, not a model: `--config configs/profile.yaml` = `--profile`
@@ -44,7 +44,7 @@ def test_every_config_is_covered():
 
 
 def test_the_profile_fragment_is_the_profile_flag(store: Path, tmp_path: Path):
-    from eoscale.train.profiling import Profiling
+    from eoscale.train.callbacks.profiling import Profiling
 
     common = ["--config", str(CONFIGS / "smoke.yaml"), "--data.init_args.store", str(store),
               "--trainer.default_root_dir", str(tmp_path)]
@@ -90,11 +90,11 @@ def test_config_parses(config: Path, fragment: Path | None, store: Path, tmp_pat
     assert cli.model.hparams.backbone
     assert cli.datamodule.num_bands == 10
     if fragment is not None and fragment.stem == "fsdp":
-        from eoscale.train.fsdp import FSDP2Strategy
+        from eoscale.train.strategies.fsdp import FSDP2Strategy
 
         assert isinstance(cli.trainer.strategy, FSDP2Strategy)
     if fragment is not None and fragment.stem.startswith("zero"):
-        from eoscale.train.zero import ZeroStrategy
+        from eoscale.train.strategies.zero import ZeroStrategy
 
         assert cli.trainer.strategy.zero_stage in (2, 3) and isinstance(cli.trainer.strategy, ZeroStrategy)
 

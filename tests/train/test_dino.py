@@ -1,4 +1,4 @@
-"""Self-distillation pretraining (`eoscale.train.dino`) through the real `eoscale pretrain`: its loss is finite, the
+"""Self-distillation pretraining (`eoscale.train.tasks.dino`) through the real `eoscale pretrain`: its loss is finite, the
 teacher follows the student, and the student's encoder is exported with its band contract like MAE's."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ TINY_VIT = ["--model.init_args.backbone", "vit_tiny_patch16_224",
 
 
 def test_dino_pretrain_exports_the_student(tmp_path):
-    from eoscale.train.dino import SelfDistillation
+    from eoscale.train.tasks.dino import SelfDistillation
 
     store = make_store(tmp_path / "s")
     root = tmp_path / "dino"
@@ -56,8 +56,8 @@ def test_dino_is_no_mae_and_the_pipeline_refuses_it_in_both_checks():
     from eoscale.train.tasks.pretraining import PretrainTask
 
     assert issubclass(DINOTask, PretrainTask) and not issubclass(DINOTask, MAETask)
-    refuse_task("eoscale.train.mae.MAETask")  # an old class path names the same class
-    for given in ("eoscale.train.dino.DINOTask", "eoscale.train.tasks.dino.DINOTask", DINOTask):
+    refuse_task("eoscale.train.tasks.mae.MAETask")  # a class path names the class (old paths: test_train_aliases)
+    for given in ("eoscale.train.tasks.dino.DINOTask", DINOTask):
         with pytest.raises(InputError, match="pipelines MAE pretraining only, not DINOTask"):
             refuse_task(given)
     with pytest.raises(InputError, match="pipelines MAE pretraining only, not DINOTask"):

@@ -175,7 +175,7 @@ def test_params_are_one_namespaced_set_with_a_description(single_run):
     assert not [k for k in params if "." not in k and "/" not in k and k not in ("seed_everything", "ckpt_path",
                                                                                "model", "data", "best_checkpoint")]
     assert "data.augment" in params and "data/augment" not in params and "augment" not in params
-    assert params["model"] == "eoscale.train.task.SegmentationTask" and params["model.backbone"] == "resnet18"
+    assert params["model"] == "eoscale.train.tasks.segmentation.SegmentationTask" and params["model.backbone"] == "resnet18"
     assert params["run/launcher"] == "local" and len(params["run/store_fingerprint"]) > 8
     assert params["profile.enabled"] == "True" and "trainer.max_steps" in params
     assert "trainer.benchmark" not in params  # left at its default: in config.yaml, not a param

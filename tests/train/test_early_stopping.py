@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from eoscale.train.callbacks.early_stopping import BestMetricStopping
-from eoscale.train.cli import EoscaleCLI
+from eoscale.train.launch.cli import EoscaleCLI
 from eoscale.train.tasks.mae import MAETask
 from eoscale.train.tasks.segmentation import BEST_VALIDATION_KEY, SegmentationTask
 

@@ -9,7 +9,7 @@ import torch
 from mlflow import MlflowClient
 
 from eoscale.cli import main as eoscale_main
-from eoscale.train.cli import main
+from eoscale.train.launch.main import main
 from tests.train.test_configs import LARGE_CONFIGS, MODEL_CONFIGS
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")

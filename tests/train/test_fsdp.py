@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 from eoscale.errors import InputError
 from eoscale.models import build_model
-from eoscale.train.fsdp import FSDP2Strategy, local_fraction, shard_model
+from eoscale.train.strategies.fsdp import FSDP2Strategy, local_fraction, shard_model
 
 
 @pytest.fixture(scope="module")

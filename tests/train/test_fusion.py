@@ -11,7 +11,7 @@ import torch
 from eoscale.cli import main as eoscale_main
 from eoscale.data.datamodule import TileDataModule
 from eoscale.models.checkpoint import load_network
-from eoscale.train.cli import main
+from eoscale.train.launch.main import main
 from tests.processes import torchrun
 from tests.train.fusion_fits import CONFIGS, SMALL, STEPS
 
@@ -136,8 +136,8 @@ def test_mae_pretraining_of_several_sensors_exports_an_encoder_a_fusion_fit_load
     from eoscale.errors import InputError
     from eoscale.models import build_model
     from eoscale.models.foundation import FoundationWeights, read_export_metadata
-    from eoscale.train.cli import EoscaleCLI
-    from eoscale.train.mae import PRETRAIN_DEFAULTS
+    from eoscale.train.launch.cli import EoscaleCLI
+    from eoscale.train.launch.pretrain import PRETRAIN_DEFAULTS
     from tests.train.test_pretrain_finetune import CPU, LossLog
 
     cli = EoscaleCLI(args=[

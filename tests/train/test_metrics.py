@@ -12,7 +12,8 @@ import torch.multiprocessing as mp
 
 from eoscale.classes import IGNORE_INDEX
 from eoscale.errors import InputError
-from eoscale.train.task import SegmentationLoss, SegmentationTask, dice_loss, warmup_cosine
+from eoscale.train.tasks.base import warmup_cosine
+from eoscale.train.tasks.segmentation import SegmentationLoss, SegmentationTask, dice_loss
 
 K = 3
 

@@ -1,4 +1,4 @@
-"""Pipeline-parallel MAE pretraining (eoscale.train.pipeline) at W=2 on CPU (gloo): GPipe and 1F1B against one
+"""Pipeline-parallel MAE pretraining (eoscale.train.strategies.pipeline) at W=2 on CPU (gloo): GPipe and 1F1B against one
 process, the whole-model checkpoint and its resumption, the exported backbone in `fit`, bad configurations.
 
 One torchrun of two ranks (`tests.train.pipeline_fits`) pretrains a tiny MAE (3 encoder + 1 decoder blocks, two
@@ -102,8 +102,8 @@ def test_exported_backbone_loads_in_fit(pipeline_run: Path, store: Path, tmp_pat
 
 @pytest.mark.slow
 def test_plan_predicts_the_heaviest_stage(pipeline_run: Path, store: Path, tmp_path: Path):
-    from eoscale.train.model_facts import facts_from_config
-    from eoscale.train.plan import estimate
+    from eoscale.train.planning.model_facts import facts_from_config
+    from eoscale.train.planning.plan import estimate
 
     tiny = tmp_path / "tiny.yaml"  # the torchrun's model and batch as a config
     tiny.write_text(f"model:\n  init_args:\n    backbone_kwargs: {TINY[1]}\n    decoder_dim: 32\n    decoder_depth: 1\n"

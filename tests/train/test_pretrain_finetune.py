@@ -18,8 +18,8 @@ from lightning import Callback
 from safetensors import safe_open
 
 from eoscale.models import lora
-from eoscale.train.cli import EoscaleCLI
-from eoscale.train.mae import PRETRAIN_DEFAULTS
+from eoscale.train.launch.cli import EoscaleCLI
+from eoscale.train.launch.pretrain import PRETRAIN_DEFAULTS
 from tests.processes import ROOT
 
 CONFIGS = ROOT / "configs"

@@ -9,7 +9,7 @@ import torch
 from mlflow import MlflowClient
 
 from eoscale.track.registry import resolve_checkpoint
-from eoscale.train.cli import main
+from eoscale.train.launch.main import main
 from tests.train.test_fit import SMOKE, _common
 
 
@@ -18,7 +18,7 @@ def test_fit_registers_its_best_checkpoint(store: Path, tmp_path: Path, monkeypa
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
     register = tmp_path / "register.yaml"
-    register.write_text("trainer:\n  callbacks:\n    - class_path: eoscale.train.register.RegisterModel\n"
+    register.write_text("trainer:\n  callbacks:\n    - class_path: eoscale.train.callbacks.register.RegisterModel\n"
                         "      init_args: {name: smoke, alias: champion}\n")
     main(["fit", "--config", SMOKE, "--config", str(register), *_common(store, tmp_path), "--trainer.max_steps", "2",
           "--trainer.val_check_interval", "2"])

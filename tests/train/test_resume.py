@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eoscale.cli import main as eoscale_main
-from eoscale.train.cli import EoscaleCLI
+from eoscale.train.launch.cli import EoscaleCLI
 from tests.train.helpers import Crash
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")

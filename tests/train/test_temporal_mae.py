@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from eoscale.cli import main
 from eoscale.models.temporal import TemporalViTBackbone, build_temporal_model
 from eoscale.models.temporal_vit import TemporalViT
-from eoscale.train.cli import EoscaleCLI
+from eoscale.train.launch.cli import EoscaleCLI
 from eoscale.train.tasks.temporal_mae import TemporalMaskedAutoencoder
 from tests.time_stores import make_time_store
 

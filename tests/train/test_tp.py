@@ -1,4 +1,4 @@
-"""FSDP2 × tensor parallelism (eoscale.train.tp) at W=2 on CPU (gloo): forward, training, checkpoints, the plan.
+"""FSDP2 × tensor parallelism (eoscale.train.strategies.tp) at W=2 on CPU (gloo): forward, training, checkpoints, the plan.
 
 One torchrun of two ranks (`tests.train.tp_fits`) splits a tiny ViT (4 heads) over 2 tensor-parallel ranks,
 fits it for 10 steps as a user would (configs/strategy/fsdp2_tp.yaml), resumes its sharded checkpoint and
@@ -15,7 +15,7 @@ import torch
 
 from eoscale.cli import main as eoscale_main
 from eoscale.errors import InputError
-from eoscale.train.plan import estimate
+from eoscale.train.planning.plan import estimate
 from tests.processes import run_cli, torchrun
 from tests.train.strategy_fits import CONFIGS, STEPS
 from tests.train.tp_fits import QKV, fit_args, fixed_input
@@ -123,7 +123,7 @@ def test_heads_that_do_not_split_fail_in_one_line(tp_run: Path):
 
 def _tiny_vit_facts(store: Path, folder: Path):
     """eoscale plan's facts of the fits' tiny ViT (tests.train.tp_fits.VIT)."""
-    from eoscale.train.model_facts import facts_from_config
+    from eoscale.train.planning.model_facts import facts_from_config
 
     overlay = folder / "tiny_vit.yaml"
     overlay.write_text("model:\n  init_args:\n    backbone: vit_tiny_patch16_224\n    backbone_kwargs: {depth: 4, "
@@ -154,7 +154,7 @@ def test_world_size_that_does_not_factor_fails_in_one_line(store: Path, tmp_path
 
 def test_models_tensor_parallelism_cannot_split():
     from eoscale.models import build_model
-    from eoscale.train.tp import check_divisible
+    from eoscale.train.strategies.tp import check_divisible
 
     vit = build_model("vit_tiny_patch16_224", in_chans=4, num_classes=3, img_size=32, depth=1)
     assert len(check_divisible(vit, 3)) == 1

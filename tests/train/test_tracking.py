@@ -10,7 +10,7 @@ from mlflow import MlflowClient
 
 from eoscale.track.logger import MLflowLogger
 from eoscale.track.store import default_tracking_uri
-from eoscale.train.cli import main
+from eoscale.train.launch.main import main
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 

@@ -16,8 +16,8 @@ import torch
 
 from eoscale.cli import main as eoscale_main
 from eoscale.errors import InputError
-from eoscale.train.checkpoint import consolidate
-from eoscale.train.plan import estimate
+from eoscale.train.planning.plan import estimate
+from eoscale.train.strategies.consolidate import consolidate
 from tests.processes import torchrun
 from tests.train.strategy_fits import CONFIGS, RESUMED, STEPS
 
@@ -168,7 +168,7 @@ def tiny_vit_config(store: Path, tmp_path_factory) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_plan_predicts_each_ranks_state_within_10_percent(fits, tiny_vit_config, strategy: str):
-    from eoscale.train.model_facts import facts_from_config
+    from eoscale.train.planning.model_facts import facts_from_config
 
     facts = facts_from_config(tiny_vit_config)
     assert facts.params == fits["ddp"][0]["total"]
@@ -180,7 +180,7 @@ def test_plan_predicts_each_ranks_state_within_10_percent(fits, tiny_vit_config,
 
 def test_meta_activations_equal_a_real_forward():
     from eoscale.models import build_model
-    from eoscale.train.model_facts import saved_activation_bytes
+    from eoscale.train.planning.model_facts import saved_activation_bytes
 
     kwargs = {"in_chans": 4, "num_classes": 3, "img_size": 32, "decoder_channels": 16, "depth": 2}
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 """DeepSpeed ZeRO configurations that cannot run as written fail in one line (exit 2) before any rank starts.
 
 Each is `eoscale fit` as a user types it, in this process: the check runs while the config is parsed, before the
-model, the data or a process group exist (`eoscale.train.zero.check_strategy_choice`).
+model, the data or a process group exist (`eoscale.train.strategies.zero.check_strategy_choice`).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def forward_check(out: Path, data_parallel: int = 1) -> None:
 
 def main(argv: list[str]) -> None:
     from eoscale.cli import main as eoscale_main
-    from eoscale.train.cli import main as fit
+    from eoscale.train.launch.main import main as fit
 
     root, store = Path(argv[0]), argv[1]
     torch.distributed.init_process_group("gloo")  # Lightning's fits below use this group

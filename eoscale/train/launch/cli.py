@@ -47,6 +47,7 @@ from eoscale.train.callbacks.monitor import TrainingMonitor, mlflow_loggers, res
 from eoscale.train.callbacks.profiling import Profiling
 from eoscale.train.callbacks.steptime import StepTimer
 from eoscale.train.launch.requeue import SlurmRequeue, hpc_checkpoints
+from eoscale.train.moved import new_path, quietly
 from eoscale.train.quiet import silence_known_noise
 from eoscale.train.tasks.base import BaseTask
 
@@ -198,8 +199,16 @@ class EoscaleCLI(LightningCLI):
             if part is not None:
                 part._log_hyperparams = False
 
+    def _parse_ckpt_path(self) -> None:
+        # Lightning's private hook (eoscale._compat.lightning) that reads `--ckpt_path FILE`'s hyperparameters into
+        # the config: a checkpoint fitted from an old config names an old class path, which its user cannot edit
+        with quietly():
+            super()._parse_ckpt_path()
+
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
+        if isinstance(config.get("model"), Namespace) and config.model.get("class_path"):
+            config.model.class_path = new_path(config.model.class_path)  # what this run's checkpoints record
         root = config.trainer.get("default_root_dir") or os.getcwd()
         loggers = config.trainer.logger
         run_id = None

@@ -134,7 +134,7 @@ def shard_model(model: nn.Module, mesh: DeviceMesh, *, strategy: Any = None, pre
     if "tensor_parallel" in (mesh.mesh_dim_names or ()):
         if mesh["tensor_parallel"].size() != 1:  # split first: TensorParallelStrategy.prepare_model
             raise InputError("FSDP2Strategy shards with FSDP only: set tensor_parallel_size=1, or use "
-                             "configs/strategy/fsdp2_tp.yaml (eoscale.train.tp.TensorParallelStrategy)")
+                             "configs/strategy/fsdp2_tp.yaml (eoscale.train.strategies.tp.TensorParallelStrategy)")
         mesh = mesh["data_parallel"]
     try:
         blocks = shardable_blocks(model)
