@@ -54,6 +54,27 @@ def test_the_dequantisation_is_the_satellite_embeddings():
     assert quantise(np.array([[1.0, -0.25, 0.0]]), axis=1).tolist() == [[127, -64, 0]]
 
 
+def test_the_writers_quantisation_is_the_reference_one_bit_for_bit():
+    # guards the field writer's fast quantisation (torch, eoscale.infer.outputs.embedding) against drifting from the
+    # reference formula it stands in for (eoscale.sensors.embedding.quantise): a different rounding (half away from
+    # zero, truncation), a lost sign of -0 or a missed non-finite vector or nodata pixel would change bytes here
+    import torch
+
+    from eoscale.infer.outputs.embedding import quantise_tensor
+
+    v = _unit(np.random.default_rng(11), 40 * 30, 16).reshape(40, 30, 16)
+    halves = (np.arange(-255, 256, dtype=np.float32) / 2) / 127.5  # sqrt(|v|)*127.5 exactly on .5: ties
+    v[0] = 0.0
+    v[20:37, :, 0] = (np.sign(halves) * halves**2)[:510].reshape(17, 30)
+    v[1, 0, 3], v[1, 1, 4], v[1, 2, :] = np.nan, np.inf, -0.0
+    valid = np.ones((40, 30), dtype=bool)
+    valid[5:9, 10:20] = False
+    expected = quantise(np.where(valid[..., None], v, np.nan), axis=-1)
+    got = quantise_tensor(torch.from_numpy(np.moveaxis(v, -1, 0).copy()), torch.from_numpy(valid))
+    assert np.array_equal(np.moveaxis(got.numpy(), 0, -1), expected)
+    assert (expected[1, :2] == NODATA).all() and (expected[5:9, 10:20] == NODATA).all()
+
+
 def _embed(root: Path, checkpoint: Path) -> dict:
     """One `eoscale embed` run (int8 and float fields) of an odd-sized scene with a nodata box."""
     scene = root / "odd.tif"
