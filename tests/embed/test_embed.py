@@ -75,6 +75,48 @@ def test_the_writers_quantisation_is_the_reference_one_bit_for_bit():
     assert (expected[1, :2] == NODATA).all() and (expected[5:9, 10:20] == NODATA).all()
 
 
+@pytest.mark.parametrize("shape", [(101, 147), (256, 257), (257, 300), (777, 1000), (1025, 100)])
+def test_the_field_gets_the_overview_levels_of_gdals_cog_driver(tmp_path, shape):
+    # guards the overviews the field writer builds before the COG copy: as many levels as the COG driver would make
+    # itself (a ceil-halving rule gives (1025, 100) three levels, the driver two), none for a field of one block
+    from rasterio import shutil as rio_shutil
+
+    from eoscale.infer.outputs.embedding import overview_factors
+
+    height, width = shape
+    with rasterio.open(tmp_path / "flat.tif", "w", driver="GTiff", height=height, width=width, count=1, dtype="int8",
+                       crs="EPSG:32633", transform=from_origin(0, 0, 10, 10)) as dst:
+        dst.write(np.zeros((1, height, width), dtype=np.int8))
+    rio_shutil.copy(tmp_path / "flat.tif", tmp_path / "cog.tif", driver="COG", BLOCKSIZE=256)
+    with rasterio.open(tmp_path / "cog.tif") as src:
+        assert overview_factors(height, width) == src.overviews(1)
+
+
+def test_the_fields_overviews_are_nearest_vectors_of_the_field(tmp_path):
+    # guards the field's overviews: each overview pixel must be one of the vectors of the 2x2 pixels under it (an
+    # average of quantised values would be no quantised vector; a shifted or band-swapped overview would not match)
+    from affine import Affine
+    from rasterio.crs import CRS
+
+    from eoscale.infer.outputs.base import MapContext
+    from eoscale.infer.outputs.embedding import write_field_cog
+    from eoscale.infer.outputs.rasters import Georef, Piece
+
+    height, width, d = 300, 520, 4
+    field = np.random.default_rng(2).integers(-127, 128, (height, width, d), dtype=np.int8)
+    (tmp_path / "part.int8").write_bytes(field.tobytes())
+    context = MapContext(Georef(CRS.from_epsg(32633), Affine(10, 0, 0, 0, -10, 0), width, height), {}, {}, "x", "t")
+    write_field_cog([Piece(tmp_path / "part", 0, 0, height, width)], ".int8", tmp_path / "field.tif", context,
+                    dtype="int8", dimensions=d, nodata=NODATA, tags={})
+    with rasterio.open(tmp_path / "field.tif") as src:
+        assert src.overviews(1) == [2, 4] and np.array_equal(np.moveaxis(src.read(), 0, -1), field)
+    with rasterio.open(tmp_path / "field.tif", overview_level=0) as src:
+        overview = np.moveaxis(src.read(), 0, -1)
+    h, w = overview.shape[:2]
+    cells = [field[a : a + 2 * h : 2, b : b + 2 * w : 2] for a in (0, 1) for b in (0, 1)]
+    assert np.logical_or.reduce([(overview == c).all(-1) for c in cells]).all()
+
+
 def _embed(root: Path, checkpoint: Path) -> dict:
     """One `eoscale embed` run (int8 and float fields) of an odd-sized scene with a nodata box."""
     scene = root / "odd.tif"
