@@ -9,6 +9,7 @@ bands, so the figures below are the same on every machine and say what the field
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -55,12 +56,10 @@ def test_the_dequantisation_is_the_satellite_embeddings():
 
 
 def test_the_writers_quantisation_is_the_reference_one_bit_for_bit():
-    # guards the field writer's fast quantisation (torch, eoscale.infer.outputs.embedding) against drifting from the
+    # guards the field writer's fast quantisation (eoscale.infer.outputs.embedding) against drifting from the
     # reference formula it stands in for (eoscale.sensors.embedding.quantise): a different rounding (half away from
     # zero, truncation), a lost sign of -0 or a missed non-finite vector or nodata pixel would change bytes here
-    import torch
-
-    from eoscale.infer.outputs.embedding import quantise_tensor
+    from eoscale.infer.outputs.embedding import normalise_, quantise_unit
 
     v = _unit(np.random.default_rng(11), 40 * 30, 16).reshape(40, 30, 16)
     halves = (np.arange(-255, 256, dtype=np.float32) / 2) / 127.5  # sqrt(|v|)*127.5 exactly on .5: ties
@@ -70,9 +69,32 @@ def test_the_writers_quantisation_is_the_reference_one_bit_for_bit():
     valid = np.ones((40, 30), dtype=bool)
     valid[5:9, 10:20] = False
     expected = quantise(np.where(valid[..., None], v, np.nan), axis=-1)
-    got = quantise_tensor(torch.from_numpy(np.moveaxis(v, -1, 0).copy()), torch.from_numpy(valid))
-    assert np.array_equal(np.moveaxis(got.numpy(), 0, -1), expected)
+    planes = np.moveaxis(v, -1, 0).copy()
+    finite = np.isfinite(planes).all(axis=0)
+    got = quantise_unit(planes, finite & valid)
+    assert np.array_equal(np.moveaxis(got, 0, -1), expected)
     assert (expected[1, :2] == NODATA).all() and (expected[5:9, 10:20] == NODATA).all()
+    # normalising: unit length along the dimensions, a zero vector stays zero, a non-finite one is flagged
+    planes = 3 * np.moveaxis(v, -1, 0).copy()
+    assert np.array_equal(normalise_(planes), finite)
+    assert np.abs(np.linalg.norm(planes[:, 10:, :], axis=0) - 1).max() < 1e-6 and (planes[:, 0] == 0).all()
+
+
+def test_the_part_writer_runs_no_torch_kernel():
+    # guards the embedding part writer against torch kernels: it runs in a thread beside the forward passes, and a
+    # torch kernel there starts a second team of OpenMP threads on the cores the forward's team is using
+    import torch
+
+    from eoscale.infer.outputs.embedding import EmbeddingPart
+    from eoscale.infer.predict import Block
+
+    probs = torch.from_numpy(np.moveaxis(_unit(np.random.default_rng(3), 6 * 9, 8).reshape(6, 9, 8), -1, 0).copy())
+    part = EmbeddingPart(Path(tempfile.mkdtemp()) / "part", float_field=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        part.write(Block(0, 0, probs, np.ones((6, 9), dtype=bool)))
+    part.abort()
+    views = {"aten::detach", "detach", "aten::to", "aten::resolve_conj", "aten::resolve_neg"}  # .numpy(): no kernel
+    assert [e.name for e in profile.events() if e.name.startswith("aten::") and e.name not in views] == []
 
 
 @pytest.mark.parametrize("shape", [(101, 147), (256, 257), (257, 300), (777, 1000), (1025, 100)])

@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import pystac
 import rasterio
-import torch
 from rasterio.windows import Window
 from torch import Tensor
 
@@ -34,7 +33,7 @@ from eoscale.catalog.digest import file_sha256
 from eoscale.catalog.stac import AssetInfo, map_item, to_json, write_json
 from eoscale.contract import BandContract
 from eoscale.errors import OutputExistsError
-from eoscale.infer.embed import Layer, unit_vectors
+from eoscale.infer.embed import Layer
 from eoscale.infer.outputs.base import MapContext, OutputWriter
 from eoscale.infer.outputs.rasters import BLOCKSIZE, PartFiles, Piece, partial
 from eoscale.sensors.embedding import DEQUANTISATION, DEQUANTISATION_TAG, NODATA, SCALE, band_names
@@ -63,15 +62,33 @@ class EmbeddingFiles:
             raise OutputExistsError(f"{str(self.field)!r} exists: pass --overwrite to replace it")
 
 
-def quantise_tensor(vectors: Tensor, valid: Tensor) -> Tensor:
-    """`eoscale.sensors.embedding.quantise` of unit vectors (dimensions, rows, columns) along dimension 0, the same int8
-    bit for bit (float32 `sign(v)·√|v|·127.5` rounded half to even, within ±127), nodata where `valid` (rows,
-    columns) is False or a component is not finite; in torch, with fewer passes over the field than numpy's.
+def normalise_(vectors: np.ndarray) -> np.ndarray:
+    """`vectors` (dimensions, rows, columns), float32, made unit length along dimension 0 in place, as `unit_vectors`
+    does (divided by the larger of their norm and 1e-12, the squares summed dimension after dimension, so a pixel's
+    result does not depend on where it lies in the block); returns where every component is finite."""
+    squares = np.add.reduce(np.square(vectors), axis=0)
+    norm = np.sqrt(squares)
+    np.maximum(norm, np.float32(1e-12), out=norm)
+    with np.errstate(invalid="ignore"):  # a non-finite vector stays non-finite
+        np.divide(vectors, norm, out=vectors)
+    return np.isfinite(squares)
 
-    Measured on a block of 96 × 1,024 pixels of 64 dimensions (one thread): 60 ms by numpy's `quantise`, ~10 ms here."""
-    bad = ~(torch.isfinite(vectors.sum(dim=0)) & valid)  # a sum is finite iff every (bounded) component is
-    q = torch.copysign(vectors.abs().sqrt_().mul_(SCALE), vectors).round_().clamp_(-127, 127).to(torch.int8)
-    return q.masked_fill_(bad, NODATA)
+
+def quantise_unit(vectors: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """`eoscale.sensors.embedding.quantise` of unit vectors (dimensions, rows, columns) along dimension 0, the same
+    int8 bit for bit (float32 `sign(v)·√|v|·127.5` rounded half to even, within ±127), nodata where `keep` (rows,
+    columns) is False; in fewer passes over the block than the general function (measured on a block of 96 × 1,024
+    pixels of 64 dimensions: normalising and quantising 32 ms, where `unit_vectors` and `quantise` took 90-110 ms)."""
+    q = np.abs(vectors)
+    np.sqrt(q, out=q)
+    q *= np.float32(SCALE)
+    np.rint(q, out=q)
+    np.minimum(q, 127, out=q)
+    np.copysign(q, vectors, out=q)
+    with np.errstate(invalid="ignore"):  # a non-finite vector's components: nodata below
+        q = q.astype(np.int8)
+    q[:, ~keep] = NODATA
+    return q
 
 
 class EmbeddingPart:
@@ -83,14 +100,17 @@ class EmbeddingPart:
         self.valid = 0
 
     def write(self, block: Any) -> None:
+        # numpy, not torch: this runs beside the forward passes (run.predict_part), and a torch kernel here would start
+        # a second team of OpenMP threads on the cores the forward's own team is using (as the class writer says)
         self._files.start(block.row, block.col, int(block.probs.shape[2]))
-        vectors = unit_vectors(block.probs[None])[0].cpu()  # blended: unit length again
-        valid = torch.from_numpy(np.ascontiguousarray(block.valid))
+        vectors = (block.probs.cpu() if block.probs.is_cuda else block.probs).numpy()
+        keep = normalise_(vectors) & block.valid  # blended: unit length again
         self.valid += int(block.valid.sum())
         # (rows, columns, dimensions): a pixel's vector is contiguous; transposed as int8, 4× fewer bytes than float32
-        rows = {".int8": quantise_tensor(vectors, valid).permute(1, 2, 0).contiguous().numpy()}
+        rows = {".int8": quantise_unit(vectors, keep).transpose(1, 2, 0)}
         if self._float:
-            rows[".float"] = vectors.masked_fill_(~valid, FLOAT_NODATA).permute(1, 2, 0).contiguous().numpy()
+            vectors[:, ~block.valid] = FLOAT_NODATA
+            rows[".float"] = vectors.transpose(1, 2, 0)
         self._files.append(rows)
 
     def close(self, **meta: object) -> None:
