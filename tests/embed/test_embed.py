@@ -9,6 +9,7 @@ bands, so the figures below are the same on every machine and say what the field
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,90 @@ def test_the_dequantisation_is_the_satellite_embeddings():
     assert valid.tolist() == [True, False] and np.isnan(v[1]).all()
     assert quantise(np.array([[1.0, -0.25, np.nan]]), axis=1).tolist() == [[NODATA, NODATA, NODATA]]
     assert quantise(np.array([[1.0, -0.25, 0.0]]), axis=1).tolist() == [[127, -64, 0]]
+
+
+def test_the_writers_quantisation_is_the_reference_one_bit_for_bit():
+    # guards the field writer's fast quantisation (eoscale.infer.outputs.embedding) against drifting from the
+    # reference formula it stands in for (eoscale.sensors.embedding.quantise): a different rounding (half away from
+    # zero, truncation), a lost sign of -0 or a missed non-finite vector or nodata pixel would change bytes here
+    from eoscale.infer.outputs.embedding import normalise_, quantise_unit
+
+    v = _unit(np.random.default_rng(11), 40 * 30, 16).reshape(40, 30, 16)
+    halves = (np.arange(-255, 256, dtype=np.float32) / 2) / 127.5  # sqrt(|v|)*127.5 exactly on .5: ties
+    v[0] = 0.0
+    v[20:37, :, 0] = (np.sign(halves) * halves**2)[:510].reshape(17, 30)
+    v[1, 0, 3], v[1, 1, 4], v[1, 2, :] = np.nan, np.inf, -0.0
+    valid = np.ones((40, 30), dtype=bool)
+    valid[5:9, 10:20] = False
+    expected = quantise(np.where(valid[..., None], v, np.nan), axis=-1)
+    planes = np.moveaxis(v, -1, 0).copy()
+    finite = np.isfinite(planes).all(axis=0)
+    got = quantise_unit(planes, finite & valid)
+    assert np.array_equal(np.moveaxis(got, 0, -1), expected)
+    assert (expected[1, :2] == NODATA).all() and (expected[5:9, 10:20] == NODATA).all()
+    # normalising: unit length along the dimensions, a zero vector stays zero, a non-finite one is flagged
+    planes = 3 * np.moveaxis(v, -1, 0).copy()
+    assert np.array_equal(normalise_(planes), finite)
+    assert np.abs(np.linalg.norm(planes[:, 10:, :], axis=0) - 1).max() < 1e-6 and (planes[:, 0] == 0).all()
+
+
+def test_the_part_writer_runs_no_torch_kernel():
+    # guards the embedding part writer against torch kernels: it runs in a thread beside the forward passes, and a
+    # torch kernel there starts a second team of OpenMP threads on the cores the forward's team is using
+    import torch
+
+    from eoscale.infer.outputs.embedding import EmbeddingPart
+    from eoscale.infer.predict import Block
+
+    probs = torch.from_numpy(np.moveaxis(_unit(np.random.default_rng(3), 6 * 9, 8).reshape(6, 9, 8), -1, 0).copy())
+    part = EmbeddingPart(Path(tempfile.mkdtemp()) / "part", float_field=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        part.write(Block(0, 0, probs, np.ones((6, 9), dtype=bool)))
+    part.abort()
+    views = {"aten::detach", "detach", "aten::to", "aten::resolve_conj", "aten::resolve_neg"}  # .numpy(): no kernel
+    assert [e.name for e in profile.events() if e.name.startswith("aten::") and e.name not in views] == []
+
+
+@pytest.mark.parametrize("shape", [(101, 147), (256, 257), (257, 300), (777, 1000), (1025, 100)])
+def test_the_field_gets_the_overview_levels_of_gdals_cog_driver(tmp_path, shape):
+    # guards the overviews the field writer builds before the COG copy: as many levels as the COG driver would make
+    # itself (a ceil-halving rule gives (1025, 100) three levels, the driver two), none for a field of one block
+    from rasterio import shutil as rio_shutil
+
+    from eoscale.infer.outputs.embedding import overview_factors
+
+    height, width = shape
+    with rasterio.open(tmp_path / "flat.tif", "w", driver="GTiff", height=height, width=width, count=1, dtype="int8",
+                       crs="EPSG:32633", transform=from_origin(0, 0, 10, 10)) as dst:
+        dst.write(np.zeros((1, height, width), dtype=np.int8))
+    rio_shutil.copy(tmp_path / "flat.tif", tmp_path / "cog.tif", driver="COG", BLOCKSIZE=256)
+    with rasterio.open(tmp_path / "cog.tif") as src:
+        assert overview_factors(height, width) == src.overviews(1)
+
+
+def test_the_fields_overviews_are_nearest_vectors_of_the_field(tmp_path):
+    # guards the field's overviews: each overview pixel must be one of the vectors of the 2x2 pixels under it (an
+    # average of quantised values would be no quantised vector; a shifted or band-swapped overview would not match)
+    from affine import Affine
+    from rasterio.crs import CRS
+
+    from eoscale.infer.outputs.base import MapContext
+    from eoscale.infer.outputs.embedding import write_field_cog
+    from eoscale.infer.outputs.rasters import Georef, Piece
+
+    height, width, d = 300, 520, 4
+    field = np.random.default_rng(2).integers(-127, 128, (height, width, d), dtype=np.int8)
+    (tmp_path / "part.int8").write_bytes(field.tobytes())
+    context = MapContext(Georef(CRS.from_epsg(32633), Affine(10, 0, 0, 0, -10, 0), width, height), {}, {}, "x", "t")
+    write_field_cog([Piece(tmp_path / "part", 0, 0, height, width)], ".int8", tmp_path / "field.tif", context,
+                    dtype="int8", dimensions=d, nodata=NODATA, tags={})
+    with rasterio.open(tmp_path / "field.tif") as src:
+        assert src.overviews(1) == [2, 4] and np.array_equal(np.moveaxis(src.read(), 0, -1), field)
+    with rasterio.open(tmp_path / "field.tif", overview_level=0) as src:
+        overview = np.moveaxis(src.read(), 0, -1)
+    h, w = overview.shape[:2]
+    cells = [field[a : a + 2 * h : 2, b : b + 2 * w : 2] for a in (0, 1) for b in (0, 1)]
+    assert np.logical_or.reduce([(overview == c).all(-1) for c in cells]).all()
 
 
 def _embed(root: Path, checkpoint: Path) -> dict:
