@@ -60,6 +60,7 @@ def test_fit_predict_without_extras_and_serve_names_its_extra(store, tmp_path):
         serve.stderr[-3000:]
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_ingest_without_extras(tmp_path):
     make_store(tmp_path / "s", size=64)  # writes the scenes; the command below ingests them again
     out = eoscale("ingest", "--scenes", str(tmp_path / "s/scene0.tif"), "--labels", str(tmp_path / "s/labels0.tif"),

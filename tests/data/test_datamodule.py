@@ -96,6 +96,7 @@ def test_lightning_sets_the_epoch_on_persistent_workers(store):
     assert sorted(model.seen[0]) == list(range(start, stop))
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_trainer_predicts_every_tile_of_the_chosen_split_once(store):
     dm = TileDataModule(store, batch_size=16, num_workers=1, predict_split="val")
     model = PixelClassifier(dm.num_bands, dm.num_classes, dm.ignore_index)

@@ -29,6 +29,7 @@ def test_batch_size_does_not_change_the_map(checkpoint, scene, tmp_path):
         _same_files(reference, _run(checkpoint, [scene], tmp_path / f"b{batch_size}", batch_size=batch_size), ["odd"])
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_reading_threads_do_not_change_the_map(checkpoint, scene, tmp_path):
     reference = _run(checkpoint, [scene], tmp_path / "r1", readers=1)
     _same_files(reference, _run(checkpoint, [scene], tmp_path / "r3", readers=3, column_tile=200), ["odd"])

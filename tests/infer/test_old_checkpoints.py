@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from eoscale.contract import MODEL_KEY, model_args_from_hparams
@@ -32,6 +33,7 @@ def test_an_old_checkpoint_rebuilds_the_network_of_a_new_one(tmp_path):
         assert torch.equal(a.network(x), b.network(x))
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_an_old_checkpoint_predicts_the_same_map(checkpoint, scene, tmp_path):
     new = _with_model_record(checkpoint, tmp_path / "new.ckpt")
     for name, ckpt in (("old", checkpoint), ("new", new)):

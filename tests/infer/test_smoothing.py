@@ -94,6 +94,7 @@ def test_smoothing_and_sieve_in_predict_are_out_of_core_and_leave_no_small_regio
     assert all(counted.get(int(c), 0) == int((whole == c).sum()) for c in np.unique(whole[whole != nodata]))
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_sieve_alone_keeps_the_parts_layers(checkpoint, scene, plain, tmp_path):
     sieved, nodata, tags = _predict(checkpoint, scene, tmp_path, mmu=4)
     raw, _, _ = plain

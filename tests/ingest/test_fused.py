@@ -86,6 +86,7 @@ def test_each_sensor_keeps_its_own_nodata_and_statistics(fused, tmp_path):
     assert -16 < mean_db[0] < -6 and mean_db[1] < mean_db[0] - 4  # VV, and VH below it
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_one_sensor_keeps_no_sensors_record_and_a_dem_makes_two_groups(fused, tmp_path):
     assert _ingest(tmp_path / "one.zarr", fused, "--stac", *map(str, fused.item_paths)) == 0
     assert schema.ATTR_SENSORS not in open_store(tmp_path / "one.zarr").attrs

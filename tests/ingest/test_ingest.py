@@ -181,6 +181,7 @@ def test_a_failed_shard_leaves_no_scene_open_on_the_users_cluster(rasters, tmp_p
         assert not writer._held  # the worker's thread wrote shard 0 with a reader it kept, then shard 1 failed
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_an_unreachable_scheduler_is_one_line(rasters, tmp_path, capsys):
     assert run_ingest(rasters, tmp_path / "x.zarr", "--scheduler", "tcp://127.0.0.1:9") == 2
     assert "cannot reach the Dask scheduler" in capsys.readouterr().err

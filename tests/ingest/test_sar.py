@@ -30,6 +30,7 @@ def _ingest(tmp_path, name, *inputs, fused):
     return code, out
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_a_radar_store_from_items_and_from_folders(fused, tmp_path):
     code, store = _ingest(tmp_path, "items.zarr", "--stac", *map(str, fused.sar_items), fused=fused)
     assert code == 0

@@ -35,6 +35,7 @@ def _ingest(out, fused, *extra, scenes=None):
                  *extra])
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_static_layers_are_bands_with_their_own_statistics(fused, tmp_path):
     assert _ingest(tmp_path / "plain.zarr", fused) == 0
     assert _ingest(tmp_path / "static.zarr", fused, "--static", *_dems(fused)) == 0

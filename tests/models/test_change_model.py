@@ -36,6 +36,7 @@ def test_the_dates_are_encoded_by_the_same_weights_and_their_order_matters():
     assert not torch.allclose(ab, aa)
 
 
+@pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
 def test_a_change_model_learns_where_a_pair_differs():
     """A few steps on pairs whose second date has a bright square: the model finds the square (a real fit, small)."""
     torch.manual_seed(0)
