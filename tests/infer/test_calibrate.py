@@ -7,13 +7,16 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from mlflow import MlflowClient
+from scipy.optimize import minimize_scalar
 
 from eoscale.cli import main
 from eoscale.contract import CONTRACT_KEY, BandContract
 from eoscale.infer.calibrate import EXPERIMENT, write_temperature
+from eoscale.models.calibration import PixelSample, nll
 from tests.checkpoints import make_checkpoint
 from tests.stores import make_store
 
@@ -34,8 +37,35 @@ def store_checkpoint(path: Path, store: Path) -> Path:
     return path
 
 
-def test_calibrate_writes_the_temperature_and_logs_the_ece(store, tmp_path, capsys, one_thread):
-    checkpoint = store_checkpoint(tmp_path / "best.ckpt", store)
+def prior_checkpoint(path: Path, store: Path, scale: float = 3.0) -> Path:
+    """A checkpoint whose network says `scale` × the log of the class shares of the store's val pixels at every pixel
+    (classifier weights 0, its bias those logits): the NLL-optimal temperature of such logits is finite (near `scale`),
+    where an untrained network's is past the clamp (its fit gave 351758, kept at 20, whatever the fit did)."""
+    from eoscale.store import schema
+    from eoscale.store.open import open_store
+
+    store_checkpoint(path, store)
+    saved = torch.load(path, weights_only=True)
+    ds = open_store(store)
+    labels = ds[schema.LABELS].values[slice(*ds.attrs[schema.ATTR_SPLITS]["val"])]
+    counts = np.bincount(labels[labels != schema.IGNORE_INDEX].ravel(), minlength=4) + 1
+    saved["state_dict"]["model.decoder.classifier.weight"].zero_()
+    saved["state_dict"]["model.decoder.classifier.bias"] = torch.tensor(scale * np.log(counts / counts.sum()),
+                                                                        dtype=torch.float32)
+    torch.save(saved, path)
+    return path
+
+
+def test_calibrate_writes_the_temperature_and_logs_the_ece(store, tmp_path, capsys, one_thread, monkeypatch):
+    fitted_on = []  # the val pixels (logits, labels) the temperature was fitted on
+    tensors = PixelSample.tensors
+
+    def keep(sample: PixelSample):
+        fitted_on.append(tensors(sample))
+        return fitted_on[-1]
+
+    monkeypatch.setattr(PixelSample, "tensors", keep)
+    checkpoint = prior_checkpoint(tmp_path / "best.ckpt", store)
     before = checkpoint.read_bytes()
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert main(["calibrate", str(checkpoint), "--store", str(store), "--tracking-uri", uri]) == 0
@@ -56,8 +86,17 @@ def test_calibrate_writes_the_temperature_and_logs_the_ece(store, tmp_path, caps
     (run,) = client.search_runs([client.get_experiment_by_name(EXPERIMENT).experiment_id])
     metrics = run.data.metrics
     assert math.isclose(metrics["temperature"], contract.temperature, rel_tol=1e-6)
-    # the fitted temperature minimises the NLL on the sample it was fitted on
+    # the fitted temperature minimises the NLL on the sample it was fitted on, found here by a bounded scalar search on
+    # those pixels (the command's own nll_before/nll_after held for any temperature it wrote beside them, and with an
+    # untrained network every fit was clamped to 20); a temperature fitted on other pixels, its inverse or a constant
+    # fails this
     assert metrics["nll_after"] <= metrics["nll_before"] + 1e-9
+    ((logits, labels),) = fitted_on
+    assert contract.calibration["pixels"] == len(labels) > 0 and "clamped" not in contract.calibration
+    best = minimize_scalar(lambda t: float(nll(logits, labels, temperature=t)), bounds=(0.05, 20), method="bounded",
+                           options={"xatol": 1e-5}).x
+    assert 1.5 < best < 6 and contract.temperature == pytest.approx(best, rel=1e-2)
+    assert nll(logits, labels, temperature=contract.temperature) < nll(logits, labels)
     assert {"ece_before", "ece_after", "pixels"} <= metrics.keys()
     assert not list(tmp_path.glob(".*partial*"))
 
