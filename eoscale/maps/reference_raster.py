@@ -42,7 +42,9 @@ def open_reference_raster(path: Path, *, holds: Literal["classes", "values"], ot
         noun = "class codes" if holds == "classes" else "values"
         if src.count != 1:
             raise InputError(f"reference raster {str(path)!r} has {src.count} bands: a reference has one band of {noun}")
-        if holds == "values" and (has_colours(src) or (src.tags().get(TARGET_TAG) or "values") != "values"):
+        tags = src.tags()
+        if holds == "values" and (has_colours(src) or "EOSCALE_CLASSES" in tags
+                                  or (tags.get(TARGET_TAG) or "values") != "values"):
             raise InputError(f"reference raster {str(path)!r} holds classes (a colour table or class tags), not values: "
                              "assess a value map against measured values, or a class map against this raster")
         if over is not None:
