@@ -108,13 +108,17 @@ def test_a_reference_raster_in_another_crs_is_a_census(tmp_path, maps):
 
 def test_class_and_value_mix_ups_are_refused_in_one_line(tmp_path, maps, capsys):
     folder, truth, mapped, map_path = maps
-    class_map = write_map(tmp_path / "T32_landcover.tif", blocky_codes(120, 150))
+    # the class map on the value map's ground: refused for the mix-up, not for lying elsewhere ("values" in err or
+    # "classes" in err held for any error naming T32_values.tif, and the class map lay 20 km west of the value map)
+    class_map = write_map(tmp_path / "T32_landcover.tif", blocky_codes(120, 150), origin=ORIGIN)
     values = write_values(tmp_path / "chm.tif", truth)
-    for argv in ([class_map, values], [map_path, class_map], [map_path, values, "--classes", "classes.csv"]):
+    for argv, reason in (([class_map, values], "holds continuous values, not class codes"),
+                         ([map_path, class_map], "holds classes (a colour table or class tags), not values"),
+                         ([map_path, values, "--classes", "classes.csv"], "holds values, not classes: --classes")):
         capsys.readouterr()
         assert assess(tmp_path / "out", *argv[:2], *argv[2:]) == 2
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and ("values" in err or "classes" in err), err
+        assert len(err.splitlines()) == 1 and reason in err, err
         assert not (tmp_path / "out").exists()
     pd.DataFrame({"x": [ORIGIN[0] + 5], "y": [ORIGIN[1] - 5], "value": ["tall"]}).to_csv(tmp_path / "p.csv", index=False)
     assert assess(tmp_path / "out", map_path, tmp_path / "p.csv") == 2
