@@ -154,10 +154,13 @@ def test_classes_alike_on_one_date_differ_over_the_season():
     assert abs(_ndvi(winter, conifer) - _ndvi(summer, conifer)) < 0.05
 
 
-@pytest.mark.parametrize("kwargs", [{"dates": 0}, {"dates": 2.5}, {"dates": 4, "layout": "landsat"},
-                                    {"dates": 4, "layout": "perband"}])
-def test_bad_season_arguments_raise_input_error(tmp_path, kwargs):
-    with pytest.raises(InputError):
+@pytest.mark.parametrize("kwargs, reason", [({"dates": 0}, "dates=0: give a whole number"),
+                                            ({"dates": 2.5}, "dates=2.5: give a whole number"),
+                                            ({"dates": 4, "layout": "landsat"}, "--dates with --layout landsat"),
+                                            ({"dates": 4, "layout": "perband"}, "--dates with --layout perband")])
+def test_bad_season_arguments_raise_input_error(tmp_path, kwargs, reason):
+    # each refused for its own reason (any InputError passed, a size or scene count refused instead included)
+    with pytest.raises(InputError, match=reason):
         synthesize(tmp_path / "x", scenes=1, size=64, **kwargs)
     assert not (tmp_path / "x").exists()
 

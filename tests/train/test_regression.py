@@ -91,7 +91,7 @@ def test_the_loss_counts_only_pixels_with_a_target():
     assert MaskedRegressionLoss("mse")(pred, target).item() == pytest.approx(0.5)
     assert MaskedRegressionLoss("huber")(pred, target).item() == pytest.approx(0.25)
     assert MaskedRegressionLoss("mse")(pred, torch.full_like(target, float("nan"))).item() == 0.0
-    with pytest.raises(InputError):
+    with pytest.raises(InputError, match="loss='ce' is not one of 'mse', 'huber'"):  # not some other refusal
         RegressionTask(loss="ce")
 
 
