@@ -68,4 +68,9 @@ def test_fit_a_change_model_and_map_a_held_out_pair(pairs_store, tmp_path, monke
     # and its accuracy against the pair's change labels, as any class map's
     assert eoscale_main(["assess", str(change_map), "--reference", str(data / "labels" / "scene_002_change.tif"),
                          "--output", str(tmp_path / "assessment"), "--no-tracking"]) == 0
-    assert any((tmp_path / "assessment").iterdir())
+    # a census of the change classes against the pair's change raster ('any file in the folder' held for a report of
+    # any classes, or of none)
+    report = json.loads((tmp_path / "assessment" / "assessment.json").read_text())
+    names = [c["name"] for c in report["classes"]]
+    assert report["kind"] == "census" and names and set(names) <= set(CHANGE_TABLE.names)
+    assert sum(map(sum, report["error_matrix"]["counts"])) > 0 and 0 <= report["overall_accuracy"]["estimate"] <= 1
