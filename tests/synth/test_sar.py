@@ -57,9 +57,11 @@ def test_speckle_has_the_equivalent_number_of_looks():
 
 def test_radar_and_dem_are_cogs_with_items(fused):
     assert len(fused.sar_items) == len(fused.dem_items) == 2
+    # one pass of each direction, in date order ('in (ascending, descending)' held for two of one direction)
+    assert [pystac.Item.from_file(str(p)).properties["sat:orbit_state"] for p in fused.sar_items] == [
+        "ascending", "descending"]
     for path in fused.sar_items:
         item = pystac.Item.from_file(str(path))
-        assert item.properties["sat:orbit_state"] in ("ascending", "descending")
         assert item.properties["sar:polarizations"] == ["VV", "VH"] and item.collection_id == "sentinel-1-rtc"
         for key in ("vv", "vh"):
             file = path.parent / item.assets[key].href
