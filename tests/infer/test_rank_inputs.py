@@ -36,10 +36,20 @@ def test_ranks_with_the_same_arguments_meet(tmp_path):
     import threading
 
     arguments = {"--input": ["a.tif"], "--output": "maps"}
-    other = threading.Thread(target=rendezvous, args=(tmp_path, 1, 2, arguments), kwargs={"timeout": 10})
+    outcome = []  # process 1's: an error raised in its thread failed nothing before (threads swallow them)
+
+    def process_1():
+        try:
+            rendezvous(tmp_path, 1, 2, arguments, timeout=10)
+            outcome.append("met")
+        except Exception as err:  # reported to the test below
+            outcome.append(err)
+
+    other = threading.Thread(target=process_1)
     other.start()
     rendezvous(tmp_path, 0, 2, arguments, timeout=10)
-    other.join()
+    other.join(timeout=30)
+    assert outcome == ["met"], outcome
 
 
 def test_ranks_with_other_inputs_refuse_in_one_line(tmp_path):
