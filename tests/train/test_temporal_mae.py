@@ -80,6 +80,9 @@ def test_the_loss_ignores_dates_without_observations_and_pixels_without_data():
     none[0] = 0
     lone, pred_none, _ = model(image, dates, none, noise)
     assert torch.isfinite(pred_none).all() and torch.isfinite(lone)
+    anything = image.clone()  # (finite outputs alone held for a loss that still counted the tile)
+    anything[0] = 50 * torch.randn(anything[0].shape, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(model(anything, dates, none, noise)[0], lone)
     # pixels without data (0 in every band) on a valid date: no prediction there changes the loss (every token
     # taken as hidden, so that each counts)
     holes = image.clone()
