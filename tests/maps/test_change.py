@@ -179,6 +179,9 @@ def test_sample_stratifies_on_transitions_and_assess_estimates_them(pair, change
     row = next(c for c in report["classes"] if c["code"] == loss)
     assert row["name"] == "Tree cover → Cropland"
     assert row["users_accuracy"] == pytest.approx(1 - (len(in_loss) // 3) / len(in_loss))
+    # only the loss stratum's points name forest loss, so the stratified estimate is its mapped area times its user's
+    # accuracy ('area_ha < mapped_area_ha' held for any estimator that lowered it)
+    assert row["area_ha"] == pytest.approx(row["mapped_area_ha"] * row["users_accuracy"])
     assert row["area_ha"] < row["mapped_area_ha"] and row["area_ha_ci95"] > 0
 
 
