@@ -50,15 +50,20 @@ def test_static_layers_are_bands_with_their_own_statistics(fused, tmp_path):
     # the stored elevation is the DEM's, resampled once onto the first scene's grid (pixels without data aside)
     with rasterio.open(fused.scene_paths[0]) as src:
         grid = {"crs": src.crs, "transform": src.transform, "width": src.width, "height": src.height}
-    expected = to_store_values(static_layers(_dems(fused)[0], **grid).layers["ELEVATION"], *STORE_SCALE["ELEVATION"][:2])
+    # and so are slope and aspect, each in its own band and store scale (the statistics checks below held with the
+    # sine and cosine swapped)
+    layers = static_layers(_dems(fused)[0], **grid).layers
+    names = ("ELEVATION", "SLOPE", "ASPECT_SIN", "ASPECT_COS")
+    expected = [to_store_values(layers[name], *STORE_SCALE[name][:2]) for name in names]
     mine = np.flatnonzero(static[schema.SCENE].values == 0)
     assert len(mine)
     images, t = static[schema.IMAGES].values, static.attrs[schema.ATTR_TILE_SIZE]
     for i in mine:
         r, c = int(static[schema.ROW_OFF].values[i]), int(static[schema.COL_OFF].values[i])
-        stored = images[i, 0, 10]
-        np.testing.assert_array_equal(stored[stored > 0], expected[r:r + t, c:c + t][stored > 0])
-        assert (stored > 0).mean() > 0.5
+        has_data = images[i, 0, 10] > 0
+        for band, want in enumerate(expected, start=10):
+            np.testing.assert_array_equal(images[i, 0, band][has_data], want[r:r + t, c:c + t][has_data])
+        assert has_data.mean() > 0.5
     assert 0 < stats["mean"][11] * STORE_SCALE["SLOPE"][0] < 45  # slope in degrees
     for band, name in ((12, "ASPECT_SIN"), (13, "ASPECT_COS")):  # the aspect's sine and cosine, within -1…1
         scale, offset, _ = STORE_SCALE[name]
