@@ -186,8 +186,8 @@ def test_ingest_ignores_all_but_the_points_and_a_fit_fine_tunes_on_them(tmp_path
                  "--trainer.val_check_interval", "3", "--trainer.default_root_dir", str(tmp_path / "fit"),
                  "--trainer.logger", "false", "--checkpoint.dirpath", str(tmp_path / "fit" / "checkpoints")])
     assert code == 0
-    state = torch.load(tmp_path / "fit" / "checkpoints" / "last.ckpt", weights_only=False)
-    start = torch.load(checkpoint, weights_only=False)["state_dict"]
+    state = torch.load(tmp_path / "fit" / "checkpoints" / "last.ckpt", weights_only=True)
+    start = torch.load(checkpoint, weights_only=True)["state_dict"]
     assert state["global_step"] == 3
     changed = [k for k, v in start.items() if v.is_floating_point() and not torch.equal(v, state["state_dict"][k])]
     assert changed and all(torch.isfinite(state["state_dict"][k]).all() for k in changed)
