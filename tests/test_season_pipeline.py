@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -58,6 +59,10 @@ def test_the_season_pipeline_maps_a_held_out_place_from_its_dates(tmp_path):
                                                           "place_004_20240214.tif") as first:
         assert src.crs == first.crs and src.transform == first.transform and src.shape == first.shape
         assert len(set(src.read(1).ravel().tolist()) - {src.nodata}) >= 2  # a real map
+        # of all the place's dates, one stack (a map of its first date alone passed the checks above)
+        lineage = json.loads(src.tags()["EOSCALE_LINEAGE"])
+    dates = sorted((out / "data" / "scenes" / "place_004").glob("*.tif"))
+    assert len(dates) > 1 and sorted(Path(r["path"]).name for r in lineage["scenes"]) == [p.name for p in dates]
     assessment = json.loads((out / "assessment" / "assessment.json").read_text())
     assert assessment["kind"] == "census" and 0.0 <= assessment["overall_accuracy"]["estimate"] <= 1.0
     assert (out / "compare" / "comparison.md").is_file()
