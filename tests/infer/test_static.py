@@ -74,6 +74,17 @@ def test_predict_adds_the_static_layers_and_writes_valid_cogs(place, which, requ
         assert (src.width, src.height, src.crs) == (scene.width, scene.height, scene.crs)
     valid, errors, _ = cog_validate(str(landcover))
     assert valid and not errors
+    # the DEM's values reach the network: 500 m higher ground gives another map (layers of the right names but of
+    # any values, zeros included, passed the checks above)
+    higher = tmp_path / "higher.tif"
+    with rasterio.open(dem) as src:
+        profile, heights = src.profile, src.read(1)
+    with rasterio.open(higher, "w", **profile) as dst:
+        dst.write(np.where(heights == src.nodata, heights, heights + 500), 1)
+    assert main(["predict", "--checkpoint", str(static_checkpoint), "--input", str(place.scene_paths[0]),
+                 "--static", str(higher), "--output", str(tmp_path / "higher"), "--device", "cpu", "--no-progress"]) == 0
+    with rasterio.open(landcover) as a, rasterio.open(tmp_path / "higher" / landcover.name) as b:
+        assert (a.read(1) != b.read(1)).any()
 
 
 def test_a_checkpoint_with_static_layers_needs_the_dem(place, static_checkpoint, tmp_path, capsys):
