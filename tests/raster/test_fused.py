@@ -57,6 +57,7 @@ def test_a_coarser_radar_scene_is_warped_onto_the_reference_grid(place, tmp_path
     # the same ground: the radar's gap within a coarse pixel or two; the mean power within a few percent (averaged in
     # linear power, as resampling must: an average of speckled decibels would sit about 0.8 dB lower here)
     assert abs(fine_valid.mean() - coarse_valid.mean()) < 0.03 and 0.5 < coarse_valid.mean() < 1
+    assert (fine_valid != coarse_valid).mean() < 0.03  # in the same place (equal shares held for a shifted gap)
     both = fine_valid & coarse_valid
     for band in range(2):
         fine_power, coarse_power = 10 ** (fine_db[band][both] / 10), 10 ** (coarse_db[band][both] / 10)
