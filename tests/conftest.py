@@ -93,6 +93,16 @@ def one_thread():
         yield
 
 
+@pytest.fixture
+def unexpanded(monkeypatch):
+    """File options as given, their globs not expanded: for parsing commands whose files are not here (the docs'
+    PARSE blocks, the commands a recording stand-in for eoscale was given)."""
+    import eoscale.paths
+
+    monkeypatch.setattr(eoscale.paths, "expand", lambda patterns, what: list(patterns))
+    monkeypatch.setattr(eoscale.paths, "expand_one", lambda pattern, what: pattern)
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory) -> str:
     """JUPYTER_PATH with a kernelspec of this interpreter (`tests.notebooks.runner`)."""

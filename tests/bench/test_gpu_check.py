@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import eoscale.paths
 from tests.processes import ROOT
 
 
@@ -78,7 +77,7 @@ def _parse(argv: list[str]):
     return parser.parse_args(rest)
 
 
-def test_adapters_only_runs_the_decisive_experiment_at_the_gpu_budget(tmp_path: Path, monkeypatch):
+def test_adapters_only_runs_the_decisive_experiment_at_the_gpu_budget(tmp_path: Path, unexpanded):
     repo, bin_ = tmp_path / "repo", tmp_path / "bin"  # a checkout without .venv: the recording eoscale is found
     (repo / "scripts").mkdir(parents=True)
     bin_.mkdir()
@@ -94,9 +93,7 @@ def test_adapters_only_runs_the_decisive_experiment_at_the_gpu_budget(tmp_path: 
     assert "gpu-check: done: figures in benchmarks/adapters.json" in done.stdout
     argvs = [line.split("\t")[:-1] for line in calls.read_text().splitlines()]
     assert [a[0] for a in argvs] == ["synth"] * 3 + ["ingest"] * 3 + ["bench"]  # steps 1-5 not run
-    # the recording eoscale made no files: the file options' globs are parsed as given, not expanded
-    monkeypatch.setattr(eoscale.paths, "expand", lambda patterns, what: list(patterns))
-    monkeypatch.setattr(eoscale.paths, "expand_one", lambda pattern, what: pattern)
+    # the recording eoscale made no files: the file options' globs are parsed as given (the `unexpanded` fixture)
     synth, ingest, (bench,) = [_parse(a) for a in argvs[:3]], [_parse(a) for a in argvs[3:6]], [_parse(a) for a in argvs[6:]]
     assert sorted((s.scenes, s.seed, s.size) for s in synth) == [(3, 300, 640), (10, 200, 640), (30, 100, 640)]
     unlabelled, labelled, heldout = ingest

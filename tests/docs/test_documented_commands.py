@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 
-import eoscale.paths
 from eoscale.bench.command import BENCHMARKS
 from eoscale.cli import COMMANDS
 
@@ -277,13 +276,6 @@ def parse_command(argv: list[str], *, elided: bool) -> None:
         parser.parse_args(rest)
     except SystemExit:
         pytest.fail(f"eoscale {' '.join(argv)}: its parser refuses it (see above)")
-
-
-@pytest.fixture
-def unexpanded(monkeypatch):
-    """File options as given: the files of a PARSE block are not here."""
-    monkeypatch.setattr(eoscale.paths, "expand", lambda patterns, what: list(patterns))
-    monkeypatch.setattr(eoscale.paths, "expand_one", lambda pattern, what: pattern)
 
 
 def test_every_documented_command_parses(unexpanded):
