@@ -14,6 +14,7 @@ BENCHMARKS = {
     "acquire": ("eoscale.bench.acquire", "staging a season's STAC Items from a local HTTP server and reading the cache vs a direct odc.stac.load of the same items and bands (alternated); peak RSS of staging 20 and 200 items over one tile"),
     "active": ("eoscale.bench.active", "active learning: held-out accuracy per label added, uncertainty sampling (eoscale sample --by mixed) against random sampling"),
     "adapters": ("eoscale.bench.adapters", "MAE backbone: scratch vs full fine-tuning vs LoRA vs linear probe (all and 10% labels); LoRA's parameters, step time, memory"),
+    "bnsync": ("eoscale.bench.bnsync", "BatchNorm's running statistics under FSDP2 on 2 CPU ranks: no sync vs DDP's broadcast before each forward vs eoscale's broadcast before evaluating vs SyncBatchNorm's collectives; step time ÷ no sync's, and how far the ranks' outputs and buffers end apart"),
     "calibration": ("eoscale.bench.calibration", "temperature scaling: test-split ECE before/after (fitted on val); entropy on wrong vs right pixels and its AUROC for errors, also from predict's uncertainty COG on an unseen scene"),
     "embed": ("eoscale.bench.embed", "eoscale embed's throughput against eoscale predict's on the same backbone and scene, alternated: the ratio of median windows/s (goal >= 0.9)"),
     "fewshot": ("eoscale.bench.fewshot", "a few-shot head (10 points a class) on the embedding field of an encoder trained on other synthetic scenes against a random forest on the raw bands given the same points, over seeds"),

@@ -14,15 +14,13 @@ disjoint buffers: neither needs it (`PlainParallelism.sync_buffers` does nothing
 
 Rank 0's statistics, not SyncBatchNorm. torch's SyncBatchNorm cannot run on CPUs at all (no CPU kernel of
 `batch_norm_stats`), so it could not serve the gloo ranks eoscale runs on CPUs, and it changes what is trained
-(statistics of the global batch) away from DDP and one process. Measured with FSDP2 on 2 gloo CPU ranks (eoscale's
-resnet18 segmentation model, 4 tiles of 10×64×64 a rank, OMP_NUM_THREADS=1, 5 rounds of 5 steps with the variants
-alternated, on a shared 2-core machine: noisy), median step: no sync 2.53 s; rank 0's buffers broadcast before each
-forward that follows a training one (DDP's way) 2.49 s; broadcast once before evaluating (this module's way) 2.33 s;
-SyncBatchNorm's collectives re-implemented on CPU (an all_gather a BatchNorm forward, an all_reduce a backward)
-2.83 s (+8 % over no sync, median of the ratios paired by round; the first three agree within the noise). The two
-ranks' eval outputs: 0.08 apart without sync, identical with each of the three (`tests/train/bn_sync_measure.py`). Broadcasting where the statistics are read gives the running statistics DDP's broadcast
-before every forward gives (rank 0's, updated from rank 0's batches: training mode never reads them), with no
-collective a step.
+(statistics of the global batch) away from DDP and one process. `eoscale bench bnsync` measures the choice (FSDP2 on
+2 gloo CPU ranks: no sync, DDP's broadcast before each forward, this module's broadcast before evaluating, and
+SyncBatchNorm's collectives re-implemented on CPU; step times and how far the ranks end apart, in
+benchmarks/bnsync.json): the three broadcasts leave the ranks' outputs identical at the cost of no sync within the
+noise, SyncBatchNorm's collectives cost more a step. Broadcasting where the statistics are read gives the running
+statistics DDP's broadcast before every forward gives (rank 0's, updated from rank 0's batches: training mode never
+reads them), with no collective a step.
 """
 
 from __future__ import annotations
