@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import schedule
 from tests.processes import ROOT
 from tests.threads import single_thread
 
@@ -31,6 +32,8 @@ def pytest_configure(config):
     os.environ[_SESSION_TMP] = os.environ["TMPDIR"] = root
     tempfile.tempdir = None
     config._eoscale_tmpdir = root
+    if os.environ.get("EOSCALE_TEST_DURATIONS"):
+        config.pluginmanager.register(schedule.DurationLog(os.environ["EOSCALE_TEST_DURATIONS"]), "eoscale-durations")
 
 
 def pytest_unconfigure(config):
@@ -40,26 +43,15 @@ def pytest_unconfigure(config):
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """`pytest -n N --dist loadfile` (scripts/test.sh) gives each test process whole modules (their module-scoped
-    fixtures, such as one torchrun fitting every strategy, are made once); here also every module that submits to
-    the local Slurm cluster to one process, one after the other: its one node runs one job at a time anyway, and the
-    other process goes on with other modules instead of waiting in the queue. (xdist's own `--dist loadgroup` marks
-    do not group under pytest 9.2, which no longer reads the node ids xdist rewrites.)"""
+    """Whole modules to each test process, the Slurm ones to one, the longest first (`tests/schedule.py`)."""
     if config.getvalue("dist") != "loadfile":
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    return schedule.make_scheduler(config, log)
 
-    uses_slurm: dict[str, bool] = {}
 
-    class ByModule(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            if module not in uses_slurm:
-                path = config.rootpath / module
-                uses_slurm[module] = path.is_file() and "local_slurm" in path.read_text()
-            return "local-slurm" if uses_slurm[module] else module
-
-    return ByModule(config, log)
+def pytest_collection_modifyitems(config, items):
+    if config.getvalue("dist") == "loadfile" or os.environ.get("PYTEST_XDIST_WORKER"):
+        schedule.order_longest_first(items, schedule.Groups(config.rootpath))
 
 
 # The MLFLOW_TRACKING_URI this session started with (None: each command uses the store of its root dir).

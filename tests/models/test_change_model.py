@@ -54,7 +54,7 @@ def test_a_change_model_learns_where_a_pair_differs():
             label[i, y:y + 12, x:x + 12] = 1
         return torch.cat([before, after], 1), label
 
-    for _ in range(60):
+    for _ in range(30):  # IoU 0.82 after 30 steps here (0.85 after 60): the bound below has room
         x, y = batch()
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
