@@ -7,8 +7,9 @@ Places: the reference sensor's scenes (`--reference-sensor`, default the optical
 grouped into places as a time series of one sensor groups them (`eoscale.ingest.series.group_places`); each place's
 reference grid is its earliest reference scene's. Every scene of another sensor that covers more than
 `MIN_SHARE` of a place's grid is that place's too (a place that no scene of a sensor covers is refused in one line:
-leave the sensor out, or give its scenes). Each of them is warped onto the place's grid once, as a single-date fused
-ingest warps it (`eoscale.raster.fused.write_fused`: its own masks and border noise, radar resampled in linear power
+leave the sensor out, or give its scenes); one that covers no place is left out (a held-out place's passes given with
+the rest), as a single-date fused ingest leaves out the scenes it pairs with no reference scene. Each scene of another
+sensor is warped onto its place's grid once, as a single-date fused ingest warps it (`eoscale.raster.fused.write_fused`: its own masks and border noise, radar resampled in linear power
 and stored in dB on the store's scale), into `<output>.partial/progress/fused/`, so it is removed with the work folder
 and a resumed ingest reuses it.
 
