@@ -39,7 +39,9 @@ from eoscale.errors import InputError
 from eoscale.ingest.series import Place, date_scenes, group_places, read_dates_csv
 from eoscale.raster.fused import overlap, reference_sensor, sensors_in_order, split_by_sensor, write_fused
 from eoscale.raster.scene import BandFile, Scene
+from eoscale.raster.sources import check_one_sensor
 from eoscale.sensors import get_sensor
+from eoscale.sensors.sentinel1 import SENTINEL1
 
 FOLDER = "fused"  # under the ingest's progress folder, as a single-date fused ingest's
 MIN_SHARE = 0.5  # the share of a place's grid a scene of another sensor must cover to be the place's
@@ -50,6 +52,10 @@ def plan_fused_places(scenes: list[Scene], reference: str | None, *, group_by: s
     """The places of a time series of several sensors (module docstring), their other sensors' scenes not yet warped
     (`warp_other_sensors`), and what the fingerprint and the store record of them; every refusal here, before
     anything is written."""
+    if reference is None and not any(s.sensor == SENTINEL1 for s in scenes):
+        # several optical sensors may be one sensor's bands under another name (--band-map): a fusion is asked for,
+        # as for one date (eoscale.ingest.fused)
+        check_one_sensor(scenes)
     name = reference_sensor(scenes, reference)
     refs, others = split_by_sensor(scenes, name)
     places = group_places(refs, group_by=group_by, dates_csv=dates_csv)
