@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eoscale.errors import InputError
 from eoscale.raster.fused import (
     pair_scenes,
     reference_sensor,
-    sensors_in_order,
     split_by_sensor,
     with_other_sensors,
 )
@@ -36,13 +34,10 @@ def several_sensors(scenes: list[Scene]) -> bool:
     return len({s.sensor for s in scenes}) > 1
 
 
-def plan_sensors(scenes: list[Scene], reference: str | None, *, time_series: bool
-                 ) -> tuple[list[Scene], list[dict], dict]:
+def plan_sensors(scenes: list[Scene], reference: str | None) -> tuple[list[Scene], list[dict], dict]:
     """The reference scenes, each one's pick of every other sensor's scenes, and what the fingerprint and the store
-    record of them; every refusal here, before anything is written."""
-    if time_series:
-        raise InputError(f"a time series of several sensors ({', '.join(sensors_in_order(scenes))}) is not supported "
-                         f"yet: ingest one sensor's dates with --time-series, or the sensors without it")
+    record of them; every refusal here, before anything is written. (A time series of several sensors takes
+    `eoscale.ingest.fused_series`.)"""
     if reference is None and not any(s.sensor == SENTINEL1 for s in scenes):
         # several optical sensors may be one sensor's bands under another name (--band-map) or a fusion: asked for
         check_one_sensor(scenes)

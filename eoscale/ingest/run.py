@@ -20,7 +20,7 @@ import os
 import shutil
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,7 @@ from eoscale.classes import IGNORE_INDEX, WORLDCOVER, ClassTable
 from eoscale.cluster import dask_client
 from eoscale.errors import InputError, OutputExistsError
 from eoscale.ingest.fused import add_other_sensors, plan_sensors, several_sensors, with_paths
+from eoscale.ingest.fused_series import place_bands, plan_fused_places, step_sensors, warp_other_sensors
 from eoscale.ingest.labels import describe_label_rasters, labels_for_scene
 from eoscale.ingest.lock import check_replaceable, is_tile_store, one_writer
 from eoscale.ingest.plan import make_plan
@@ -154,9 +155,6 @@ def ingest(
     check_replaceable(output)  # before any work: --overwrite replaces only an eoscale store
     class_table = classes if isinstance(classes, ClassTable) else ClassTable.load(classes) if classes else WORLDCOVER
     series = time_series or bool(dates_csv) or max_dates is not None or composite is not None
-    if series and static:
-        raise InputError("static layers (--static) are added to single-date stores only today: ingest the time series "
-                         "without --static")
     interval = parse_composite(composite)
     if max_dates is not None and interval is not None:
         raise InputError("give --max-dates (dates as they are) or --composite (regular intervals), not both")
@@ -167,15 +165,20 @@ def ingest(
                              several_sensors=True)
     scene_list = _input_scale(scene_list, input_scale)
     fusion = None  # scenes of several sensors: the reference scenes, their pairs, what the fingerprint records
-    if several_sensors(scene_list):
-        refs, pairs, fused_parameters = plan_sensors(scene_list, reference_sensor, time_series=series)
+    places = None  # a time series: the places (each a reference grid and its dated scenes)
+    fused_series = None  # a time series of several sensors: what the fingerprint records (eoscale.ingest.fused_series)
+    if several_sensors(scene_list) and series:
+        places, fused_series = plan_fused_places(scene_list, reference_sensor, group_by=group_by, dates_csv=dates_csv)
+    elif several_sensors(scene_list):
+        refs, pairs, fused_parameters = plan_sensors(scene_list, reference_sensor)
         fusion = (pairs, fused_parameters)
         scene_list = with_paths(refs, pairs)
     elif reference_sensor is not None and reference_sensor != scene_list[0].sensor:
         raise InputError(f"--reference-sensor {reference_sensor!r}: the scenes are all {scene_list[0].sensor}: "
                          f"leave it out, or give that sensor's scenes too")
     # a time series: the places (each a reference grid and its dated scenes); otherwise each scene is its own place
-    places = group_places(scene_list, group_by=group_by, dates_csv=dates_csv) if series else None
+    if series and places is None:
+        places = group_places(scene_list, group_by=group_by, dates_csv=dates_csv)
     if places is not None:
         scene_list = [s for place in places for s in place.scenes]
     grids = [place.grid for place in places] if places is not None else scene_list
@@ -205,6 +208,8 @@ def ingest(
                                      "places": [[place.id, [s.id for s in place.scenes]] for place in places]}
     if fusion is not None:  # likewise: a store of one sensor keeps its fingerprint
         parameters["sensors"] = fusion[1]
+    if fused_series is not None:  # likewise
+        parameters["sensors"] = fused_series
     if input_scale is not None:  # likewise
         parameters["input_scale"] = dict(input_scale)
     if statistics_from is not None:  # likewise
@@ -212,9 +217,10 @@ def ingest(
             raise InputError("--statistics-from with --static: the DEM's layers have no statistics in the checkpoint or "
                              "store; ingest without one of them")
         parameters["statistics_from"] = {"source": os.path.abspath(statistics_from),
-                                         **borrowed_statistics(statistics_from, _all_bands(scene_list, fusion))}
+                                         **borrowed_statistics(statistics_from, place_bands(places) if fused_series
+                                                               else _all_bands(scene_list, fusion))}
     if static:  # likewise: the DEM checked (datum, cover) before anything is written
-        parameters["static"] = static_parameters(static, scene_list, layers=tuple(static_layers), accept_datum=dem_datum)
+        parameters["static"] = static_parameters(static, grids, layers=tuple(static_layers), accept_datum=dem_datum)
     label_paths = [r.path for r in label_rasters]
     static_paths = [static] if isinstance(static, str | os.PathLike) else list(static or [])
     target_paths = [r.path for r in target_rasters] + [str(p) for p in static_paths]  # the DEMs: input files too
@@ -228,10 +234,19 @@ def ingest(
     if fusion is not None:
         scene_list = add_other_sensors(scene_list, fusion[0], progress_dir)
         grids = scene_list
-    if static:
+    if fused_series is not None:  # the other sensors' scenes warped onto their places' grids
+        places = warp_other_sensors(places, progress_dir)
+    if static and places is not None:  # a time series: the layers on each place's grid, read at every step
+        with_layers = add_static_layers([place.grid for place in places], static, progress_dir,
+                                        layers=tuple(static_layers), accept_datum=dem_datum)
+        places = [replace(place, grid=grid) for place, grid in zip(places, with_layers, strict=True)]
+    elif static:
         scene_list = add_static_layers(scene_list, static, progress_dir, layers=tuple(static_layers),
                                        accept_datum=dem_datum)
-        grids = scene_list  # single-date only (refused with a time series above): each scene is its own grid
+        grids = scene_list  # a single-date store: each scene is its own grid
+    if places is not None:
+        scene_list = [s for place in places for s in place.scenes]
+        grids = [place.grid for place in places]
 
     phases = {"inspect": time.perf_counter() - started}
     mark = time.perf_counter()
@@ -285,8 +300,8 @@ def ingest(
         attrs = _store_attrs(grids, class_table, plan, parameters, stride, fingerprint)
         steps = time_steps(places) if places is not None else 1
         if places is not None:
-            attrs[schema.ATTR_SCENES] = [{**a, **series_attrs(p)} for a, p in zip(attrs[schema.ATTR_SCENES], places,
-                                                                                    strict=True)]
+            attrs[schema.ATTR_SCENES] = [{**a, **_series_record(p, several=fused_series is not None)}
+                                         for a, p in zip(attrs[schema.ATTR_SCENES], places, strict=True)]
         if not (progress_dir / "skeleton.done").exists():
             shutil.rmtree(store, ignore_errors=True)
             create_skeleton(store, plan, grids, wavelengths=attrs[schema.ATTR_WAVELENGTHS],
@@ -378,6 +393,15 @@ def ingest(
         skipped=[p for s in scene_list for p in s.skipped],
         split_block=plan.split_block,
     )
+
+
+def _series_record(place, *, several: bool) -> dict:
+    """What a place's record in the store adds (`series_attrs`); of several sensors, each step's sensors too."""
+    record = series_attrs(place)
+    if several:
+        for step, sensors in zip(record["steps"], step_sensors(place), strict=True):
+            step["sensors"] = sensors
+    return record
 
 
 def _input_scale(scenes: list[Scene], input_scale: dict | None) -> list[Scene]:

@@ -196,19 +196,23 @@ def _crs_name(scene: Scene) -> str:
 
 def plan_steps(places: list[Place], clear: list[np.ndarray], *, max_dates: int | None = None,
                composite: int | str | None = None) -> list[Place]:
-    """The places with their time steps: each date (the `max_dates` with the largest clear shares `clear[p]`, one a
-    scene), or the composite intervals of one timeline shared by every place."""
+    """The places with their time steps: each date (the `max_dates` with the largest clear shares `clear[p]`: a date's
+    is its clearest scene's; one scene a date, or one of each sensor of a place of several), or the composite intervals
+    of one timeline shared by every place."""
     if max_dates is not None and composite is not None:
         raise InputError("give --max-dates (dates as they are) or --composite (regular intervals), not both")
     if max_dates is not None and max_dates < 1:
         raise InputError(f"--max-dates must be at least 1, got {max_dates}")
     out = []
-    if composite is None:
+    if composite is None:  # a step a date; the scenes of several sensors on one date make one step
         for place, shares in zip(places, clear, strict=True):
-            keep = np.arange(len(place.scenes))
+            dates = sorted(set(place.dates))
+            members = [tuple(j for j, d in enumerate(place.dates) if d == date) for date in dates]
+            date_shares = np.array([max(float(shares[j]) for j in m) for m in members])
+            keep = np.arange(len(dates))
             if max_dates is not None and len(keep) > max_dates:
-                keep = np.sort(np.argsort(-np.asarray(shares), kind="stable")[:max_dates])
-            out.append(replace(place, steps=tuple(Step(place.dates[j], (int(j),)) for j in keep)))
+                keep = np.sort(np.argsort(-date_shares, kind="stable")[:max_dates])
+            out.append(replace(place, steps=tuple(Step(dates[j], members[j]) for j in keep)))
         return out
     starts = composite_starts(min(d for p in places for d in p.dates), max(d for p in places for d in p.dates), composite)
     for place in places:

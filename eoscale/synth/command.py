@@ -71,7 +71,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="s2,s1,dem",
         help="what to write of each scene's ground: s2 (the optical scenes of --layout, always), s1 (Sentinel-1 "
         "backscatter: VV, VH linear gamma0 float32 COGs with a Planetary Computer-like STAC Item, under sar/), dem (a "
-        "Copernicus DEM GLO-30-like tile, EPSG:4326, with its Item, under dem/) (default: s2)",
+        "Copernicus DEM GLO-30-like tile, EPSG:4326, with its Item, under dem/); with --dates, each place's Sentinel-1 "
+        "passes on their own dates and its DEM (default: s2)",
     )
     parser.add_argument(
         "--change", action="store_true",

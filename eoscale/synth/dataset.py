@@ -13,7 +13,8 @@ Layout of a set (paths relative to its directory, all listed in `manifest.json`)
     sar/S1A_IW_GRDH_1SDV_…/                   --sensors s2,s1: Sentinel-1 backscatter COGs (vv, vh) and their STAC Item
                                               of the same ground (`eoscale.synth.sar`)
     dem/<scene_id>/Copernicus_DSM_COG_…_DEM.* --sensors s2,dem: a Copernicus DEM tile under the scene and its STAC Item
-                                              (`eoscale.synth.dem`)
+                                              (`eoscale.synth.dem`); with --dates, each place's passes on their own
+                                              dates and its DEM (`eoscale.synth.season_sensors`)
     heights/<scene_id>_height.tif             with heights=True: canopy height in m, float32 COG, EPSG:3035 at
                                               20 m, nodata -9999 (`eoscale.synth.heights`)
     manifest.json
@@ -118,8 +119,10 @@ class SynthResult:
             class_table_path=out_dir / manifest["class_table"],
             manifest_path=out_dir / MANIFEST,
             item_paths=[out_dir / s["item"] for s in scenes if "item" in s],
-            sar_items=[out_dir / s["sentinel1"]["item"] for s in scenes if "sentinel1" in s],
-            dem_items=[out_dir / s["dem"]["item"] for s in scenes if "dem" in s],
+            sar_items=[out_dir / s["sentinel1"]["item"] for s in scenes if "sentinel1" in s]
+            + [out_dir / s["item"] for s in manifest.get("sentinel1", [])],  # a season's passes (own dates)
+            dem_items=[out_dir / s["dem"]["item"] for s in scenes if "dem" in s]
+            + [out_dir / d["item"] for d in manifest.get("dems", [])],  # a season's DEMs, one a place
             height_paths=[out_dir / s["heights"] for s in scenes if "heights" in s],
         )
 
@@ -165,9 +168,8 @@ def synthesize(
         raise InputError("--change and --dates write different sets (a pair of years, a season): give one of them")
     if dates is not None:
         check_season(dates, layout)
-        if extra or heights:
-            raise InputError("a season (--dates) is written of Sentinel-2 alone today, without heights: drop --sensors "
-                             "and --heights, or --dates")
+        if heights:
+            raise InputError("a season (--dates) is written without heights: drop --heights, or --dates")
     check_baseline(baseline)
     scenes, seed, nodata_fraction = int(scenes), int(seed), float(nodata_fraction)
     out_dir = Path(out_dir)
@@ -184,6 +186,11 @@ def synthesize(
         if dates is not None:
             records = write_season(staging, places=scenes, dates=int(dates), shape=shape, seed=seed, layout=layout,
                                    cloud_fraction=nodata_fraction, baseline=baseline, on_scene=on_scene)
+            if extra:  # the season's Sentinel-1 passes on their own dates and each place's DEM
+                from eoscale.synth.season_sensors import write_season_sensors
+
+                passes, dems = write_season_sensors(staging, places=scenes, dates=int(dates), shape=shape, seed=seed,
+                                                    extra=extra)
         for index in range(scenes if dates is None else 0):
             records.append(_write_scene(staging, index, shape, seed, layout, nodata_fraction, table, baseline, extra,
                                         change, heights))
@@ -192,6 +199,8 @@ def synthesize(
         manifest = _manifest(records, shape, seed, layout, nodata_fraction)
         if dates is not None:
             manifest.update(dates=[d.date().isoformat() for d in acquisition_dates(int(dates))], dates_file=DATES_FILE)
+            if extra:
+                manifest.update({k: v for k, v in (("sentinel1", passes), ("dems", dems)) if v})
         if layout in ("safe", "cog"):
             manifest["processing_baseline"] = baseline
         if extra:

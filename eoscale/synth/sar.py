@@ -114,10 +114,15 @@ def write_sentinel1(root: Path, index: int, landcover: LandCover, transform: Aff
     rng = np.random.default_rng([seed, index, 1])
     edge = swath_edge(landcover.classes.shape, rng) if rng.random() < edge_share else None
     vv, vh = backscatter(landcover, rng, swath_edge=edge)
-    name = product_id(index)
+    return write_product(root, product_id(index), pass_of(index), vv, vh, transform)
+
+
+def write_product(root: Path, name: str, when: dict, vv: np.ndarray, vh: np.ndarray, transform: Affine) -> dict:
+    """Write one pass's backscatter (`vv`, `vh` linear power) as the RTC-like COG folder `name` with its STAC Item
+    under `root`, dated `when` (as `pass_of` gives it); returns {"folder", "bands": {band: file}, "item"} relative
+    to `root`."""
     folder = root / name
     folder.mkdir(parents=True)
-    when = pass_of(index)
     tags = {"orbit_state": when["orbit_state"], "relative_orbit": str(when["relative_orbit"]),
             "backscatter": "gamma0 (terrain-flattened)", "platform": "sentinel-1a"}
     files = {}

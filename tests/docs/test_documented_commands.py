@@ -154,6 +154,8 @@ BLOCKS: dict[tuple[str, str], object] = {
                                    "dates each (a few missing), SAFE"): PARSE(SEASONS),
     ("docs/how-to/time-series.md", "eoscale ingest --time-series --scenes 'runs/season/scenes/*' \\"):
         PARSE(SEASONS),
+    ("docs/how-to/time-series.md", "eoscale synth runs/season-s1 --dates 8 --scenes 2 --sensors s2,s1,dem   # + "
+                                   "each place's S1 passes and its DEM"): RUN,
     ("docs/how-to/time-series.md", "eoscale pretrain --config configs/temporal_mae_pretrain.yaml "
                                    "--data.init_args.store runs/season.zarr"):
         PARSE("the seasons above; a temporal ViT pretrained and fine-tuned (tests/train run both)"),

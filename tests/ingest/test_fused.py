@@ -108,7 +108,8 @@ def test_the_radar_as_reference_sensor(fused, tmp_path):
 
 @pytest.mark.parametrize(("case", "expected"), [
     ("no-overlap", "has no sentinel-1 data: none of the Sentinel-1 C-SAR scenes given overlaps it"),
-    ("time-series", "a time series of several sensors"),
+    # a season of several sensors is ingested (tests/ingest/test_fused_season.py); a place without radar still refused
+    ("time-series", "has no sentinel-1 data: none of the Sentinel-1 C-SAR scenes given covers half of it"),
     ("reference", "--reference-sensor 'landsat-oli': no scene of it was given"),
     ("dem-scene", "is a DEM (Copernicus DEM): give its file with --static DEM.tif"),
     ("twice", "two scenes share an id"),
@@ -117,7 +118,7 @@ def test_refusals_are_one_line_and_nothing_is_written(fused, tmp_path, capsys, c
     optical = ["--stac", *map(str, fused.item_paths)]
     inputs = {
         "no-overlap": [*optical, str(fused.sar_items[0])],  # the second optical scene has no radar scene over it
-        "time-series": [*_items(fused), "--time-series"],
+        "time-series": [*optical, str(fused.sar_items[0]), "--time-series"],
         "reference": [*_items(fused), "--reference-sensor", "landsat-oli"],
         "dem-scene": [*_items(fused), str(fused.dem_items[0])],
         "twice": [*_items(fused), "--scenes", str(fused.sar_items[0].parent)],
