@@ -56,6 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     real.add_argument("--classes", default=None, action=Paths, help="its class table (CSV code,name,color)")
     real.add_argument("--encoder", default=None, action=Paths,
                       help="a checkpoint or backbone.safetensors fitted without these labels")
+    real.add_argument("--encoder-fitted-by", default=None, metavar="COMMAND",
+                      help="how the encoder was fitted (e.g. its 'eoscale pretrain' command), recorded with it")
     real.add_argument("--layer", default="decoder", choices=("decoder", "backbone"), help="(default: %(default)s)")
     real.add_argument("--train-rows", type=int, default=None, metavar="N",
                       help="labelled pixels drawn from rows 0..N-1, scored on rows N.. (default: half the scene)")
@@ -74,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
             figures = bench_scene(work, scene=Path(args.scene), band_names=args.band_names, labels=Path(args.labels),
                                   classes=Path(args.classes), encoder=Path(args.encoder), layer=args.layer,
                                   train_rows=args.train_rows, seeds=seeds, per_class=args.per_class)
+            figures["encoder"]["fitted_by"] = args.encoder_fitted_by
         else:
             figures = bench_synthetic(work, size=args.size, minutes=args.minutes, seeds=seeds, per_class=args.per_class)
     figures["command"] = "eoscale bench fewshot " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "fewshot"] else sys.argv[1:])
@@ -156,8 +159,8 @@ def bench_scene(work: Path, *, scene: Path, band_names: str | None, labels: Path
                  "per_class": per_class, "train_rows": f"0..{train_rows - 1}", "test_rows": f"{train_rows}..{height - 1}"},
         "encoder": {"path": str(encoder), "sha256": file_sha256(encoder), "layer": layer,
                     "embed_wall_seconds": embed_seconds, "dimensions": result.scenes[0].areas.get("dimensions")},
-        "caveat": ("the encoder was fitted without these labels (given by --encoder: say how it was fitted beside the "
-                   "record); the labelled pixels are drawn from the training rows only, scored on the others"),
+        "caveat": ("the encoder was given (--encoder; encoder.fitted_by says how it was fitted, without these labels); "
+                   "the labelled pixels are drawn from the training rows only, scored on the others"),
         "seeds": rows,
         "summary": _summary(head, forest, [r["head"]["accuracy"] for r in rows],
                             [r["forest"]["accuracy"] for r in rows]),
