@@ -485,3 +485,15 @@ def test_two_processes_write_the_field_one_process_writes(embedded, tmp_path):
                  str(tmp_path), "--devices", "2", "--no-progress", "--device", "cpu"]) == 0
     with rasterio.open(embedded["field"]) as a, rasterio.open(tmp_path / "odd_embedding.tif") as b:
         assert np.array_equal(a.read(), b.read())
+
+
+@pytest.mark.slow
+def test_two_processes_write_the_field_of_cells_one_process_writes(embedded, tmp_path):
+    # guards --field-stride across ranks: a process starting at a later row block (its halo window rows blended on
+    # the cells, its first block's rows counted in cells) must give the bytes one process gives
+    scene = embedded["root"] / "odd.tif"
+    for name, extra in (("one", []), ("two", ["--devices", "2"])):
+        assert main(["embed", "--checkpoint", str(embedded["checkpoint"]), "--input", str(scene), "--output",
+                     str(tmp_path / name), "--field-stride", "4", "--no-progress", "--device", "cpu", *extra]) == 0
+    with rasterio.open(tmp_path / "one" / "odd_embedding.tif") as a, rasterio.open(tmp_path / "two" / "odd_embedding.tif") as b:
+        assert np.array_equal(a.read(), b.read())
