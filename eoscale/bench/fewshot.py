@@ -17,6 +17,15 @@ synthetic world (scenes 0 and 1), so the field carries what supervised training 
 self-supervised foundation model's field, and a gain here holds for a field of a model trained on the classes mapped.
 
     eoscale bench fewshot --minutes 3 --seeds 0,1,2,3,4 --per-class 10
+
+On a real labelled scene (`--scene`, with `--labels` on its grid and `--classes`), the encoder is given (`--encoder`:
+a checkpoint or a `backbone.safetensors` fitted without these labels, e.g. by `eoscale pretrain` on the scene's own
+pixels; `--layer`), the field is `eoscale embed` of the scene, the labelled pixels are drawn from the rows above
+`--train-rows` only (default: the north half; a class with fewer labelled pixels there gives as many as it has), and
+both are scored on every labelled pixel with data below it (the south half):
+
+    eoscale bench fewshot --scene zion.vrt --band-names B02,B03,B04,B08 --labels labels_nlcd2011.tif \
+        --classes classes.csv --encoder pretrain/backbone.safetensors --layer backbone --seeds 0,1,2,3,4
 """
 
 from __future__ import annotations
@@ -30,6 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+from eoscale.errors import InputError
+from eoscale.paths import Paths
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=256, help="synthetic scene size, px (default: %(default)s)")
@@ -37,15 +49,36 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4", help="seeds of the labelled pixels' draw (default: %(default)s)")
     parser.add_argument("--per-class", type=int, default=10, help="labelled pixels a class (default: %(default)s)")
     parser.add_argument("--work", default=None, metavar="DIR", help="keep the data, store, fit and field here")
+    real = parser.add_argument_group("a real scene instead of the synthetic world")
+    real.add_argument("--scene", default=None, action=Paths, help="a scene (one raster of its bands, e.g. a VRT)")
+    real.add_argument("--band-names", default=None, help="the scene's bands as the encoder's names, e.g. B02,B03,B04,B08")
+    real.add_argument("--labels", default=None, action=Paths, help="its label raster, on the scene's grid")
+    real.add_argument("--classes", default=None, action=Paths, help="its class table (CSV code,name,color)")
+    real.add_argument("--encoder", default=None, action=Paths,
+                      help="a checkpoint or backbone.safetensors fitted without these labels")
+    real.add_argument("--encoder-fitted-by", default=None, metavar="COMMAND",
+                      help="how the encoder was fitted (e.g. its 'eoscale pretrain' command), recorded with it")
+    real.add_argument("--layer", default="decoder", choices=("decoder", "backbone"), help="(default: %(default)s)")
+    real.add_argument("--train-rows", type=int, default=None, metavar="N",
+                      help="labelled pixels drawn from rows 0..N-1, scored on rows N.. (default: half the scene)")
 
 
 def run(args: argparse.Namespace) -> int:
     from eoscale.bench.record import record
 
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    real = [args.scene, args.labels, args.classes, args.encoder]
+    if any(real) and not all(real):
+        raise InputError("a real scene needs --scene, --labels, --classes and --encoder together")
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-fewshot-") as tmp:
         work = Path(args.work or tmp)
-        figures = bench_synthetic(work, size=args.size, minutes=args.minutes, seeds=seeds, per_class=args.per_class)
+        if args.scene:
+            figures = bench_scene(work, scene=Path(args.scene), band_names=args.band_names, labels=Path(args.labels),
+                                  classes=Path(args.classes), encoder=Path(args.encoder), layer=args.layer,
+                                  train_rows=args.train_rows, seeds=seeds, per_class=args.per_class)
+            figures["encoder"]["fitted_by"] = args.encoder_fitted_by
+        else:
+            figures = bench_synthetic(work, size=args.size, minutes=args.minutes, seeds=seeds, per_class=args.per_class)
     figures["command"] = "eoscale bench fewshot " + " ".join(sys.argv[3:] if sys.argv[1:3] == ["bench", "fewshot"] else sys.argv[1:])
     figures["commit"] = _commit()
     for row in figures["seeds"]:
@@ -92,45 +125,98 @@ def bench_synthetic(work: Path, *, size: int, minutes: float, seeds: list[int], 
         "caveat": ("the encoder was trained with labels of these classes on two other scenes of the same synthetic world; "
                    "the field carries supervised features of these classes, not a self-supervised foundation model's"),
         "seeds": rows,
-        "summary": {"head_miou_mean": float(np.mean(head)), "forest_miou_mean": float(np.mean(forest)),
-                    "head_better_seeds": int(sum(h > f for h, f in zip(head, forest, strict=True)))},
+        "summary": _summary(head, forest, [r["head"]["accuracy"] for r in rows],
+                            [r["forest"]["accuracy"] for r in rows]),
     }
 
 
-def score_seed(field_path: Path, scene: Path, labels: Path, classes: Path, *, seed: int, per_class: int) -> dict:
+def bench_scene(work: Path, *, scene: Path, band_names: str | None, labels: Path, classes: Path, encoder: Path,
+                layer: str, train_rows: int | None, seeds: list[int], per_class: int) -> dict:
+    """The head on `encoder`'s field of `scene` against the forest on its bands, drawn north of `train_rows`, scored
+    south of it (see the module docstring)."""
+    import rasterio
+
+    from eoscale.catalog.digest import file_sha256
+    from eoscale.infer.embed_config import EmbedConfig
+    from eoscale.infer.run import predict
+
+    with rasterio.open(scene) as src:
+        height = src.height
+    train_rows = height // 2 if train_rows is None else train_rows
+    if not 0 < train_rows < height:
+        raise InputError(f"--train-rows {train_rows}: give a row inside the scene's {height}")
+    started = time.perf_counter()
+    result = predict(EmbedConfig(checkpoint=str(encoder), inputs=[str(scene)], output=str(work / "fields"),
+                                 layer=layer, band_names=band_names, overwrite=True, progress=False))
+    embed_seconds = time.perf_counter() - started
+    field_path = Path(result.scenes[0].outputs["field"])
+    rows = [score_seed(field_path, scene, labels, classes, seed=seed, per_class=per_class, train_rows=train_rows)
+            for seed in seeds]
+    head = [r["head"]["miou"] for r in rows]
+    forest = [r["forest"]["miou"] for r in rows]
+    return {
+        "data": {"scene": str(scene), "labels": str(labels), "classes": str(classes), "band_names": band_names,
+                 "per_class": per_class, "train_rows": f"0..{train_rows - 1}", "test_rows": f"{train_rows}..{height - 1}"},
+        "encoder": {"path": str(encoder), "sha256": file_sha256(encoder), "layer": layer,
+                    "embed_wall_seconds": embed_seconds, "dimensions": result.scenes[0].areas.get("dimensions")},
+        "caveat": ("the encoder was given (--encoder; encoder.fitted_by says how it was fitted, without these labels); "
+                   "the labelled pixels are drawn from the training rows only, scored on the others"),
+        "seeds": rows,
+        "summary": _summary(head, forest, [r["head"]["accuracy"] for r in rows],
+                            [r["forest"]["accuracy"] for r in rows]),
+    }
+
+
+def _summary(head: list[float], forest: list[float], head_accuracy: list[float], forest_accuracy: list[float]) -> dict:
+    """Means and spreads (sample standard deviations) over the seeds, and on how many the head did better."""
+    def spread(values: list[float]) -> float:
+        return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+    return {"head_miou_mean": float(np.mean(head)), "forest_miou_mean": float(np.mean(forest)),
+            "head_miou_std": spread(head), "forest_miou_std": spread(forest),
+            "head_accuracy_mean": float(np.mean(head_accuracy)), "forest_accuracy_mean": float(np.mean(forest_accuracy)),
+            "head_better_seeds": int(sum(h > f for h, f in zip(head, forest, strict=True)))}
+
+
+def score_seed(field_path: Path, scene: Path, labels: Path, classes: Path, *, seed: int, per_class: int,
+               train_rows: int | None = None) -> dict:
     """One draw of `per_class` labelled pixels a class: the head on the field and the forest on the bands, scored on
-    every other labelled pixel with data."""
+    every other labelled pixel with data (`train_rows`: drawn from the rows above it only, scored on those below)."""
     import rasterio
     from sklearn.ensemble import RandomForestClassifier
 
-    from eoscale.bench.learning import miou
     from eoscale.classes import ClassTable
     from eoscale.maps.fewshot import fit_head
     from eoscale.maps.field import open_field
+    from eoscale.models.metrics import confusion_miou
 
     field = open_field(field_path)
-    vectors = np.concatenate([v for _, v, _ in field.strips()])
     valid = np.concatenate([ok for _, _, ok in field.strips()])
     with rasterio.open(scene) as src:
         bands = np.moveaxis(src.read(), 0, -1).astype(np.float32)
     table = ClassTable.load(classes)
     index = table.lookup_table()[_labels_on_grid(labels, field)]
     known = valid & (index < len(table))
+    north = np.ones(known.shape, dtype=bool)
+    if train_rows is not None:
+        north[train_rows:] = False
     rng = np.random.default_rng(seed)
     train = np.zeros(known.shape, dtype=bool)
-    for k in np.unique(index[known]):
-        where = np.flatnonzero((index == k) & known)
+    for k in np.unique(index[known & north]):
+        where = np.flatnonzero((index == k) & known & north)
         train.flat[rng.permutation(where)[:per_class]] = True
-    test = known & ~train
+    test = known & ~train & ~north if train_rows is not None else known & ~train
     y = index[train]
-    head = fit_head(vectors[train], y, head="logistic", seed=seed)
+    head = fit_head(field.at(*np.nonzero(train))[0], y, head="logistic", seed=seed)
     forest = RandomForestClassifier(n_estimators=200, random_state=seed, n_jobs=1).fit(bands[train], y)
     out = {"seed": seed, "train_pixels": int(train.sum()), "test_pixels": int(test.sum())}
-    for name, model, x in (("head", head, vectors), ("forest", forest, bands)):
-        predicted = model.predict(x[test])
+    # the field strip by strip: a whole field of a wide backbone's vectors (384 float32 a pixel) need not fit memory
+    by_head = np.concatenate([head.predict(vectors[here]) for w, vectors, _ in field.strips()
+                              if (here := test[w.row_off : w.row_off + w.height]).any()])
+    for name, predicted in (("head", by_head), ("forest", forest.predict(bands[test]))):
         confusion = np.zeros((len(table), len(table)), dtype=np.int64)
         np.add.at(confusion, (index[test], predicted), 1)
-        out[name] = {"accuracy": float((predicted == index[test]).mean()), "miou": miou(confusion)[0]}
+        out[name] = {"accuracy": float((predicted == index[test]).mean()), "miou": confusion_miou(confusion)}
     return out
 
 

@@ -16,6 +16,13 @@ Two layers:
 The vectors are made unit length at the features' own stride, before the upsampling to the window and the blending
 (`UnitVectors`), and again after the blending (`eoscale.infer.outputs.embedding`), so a pixel's vector is the direction
 the windows covering it agree on.
+
+`cell` > 1 (`eoscale embed --field-stride`): one vector a cell of `cell` × `cell` pixels instead of one a pixel, the
+maps resized to `window / cell` instead of the window (none at all where that is the features' own stride, 4 for the
+decoder of a CNN), blended and written on that grid of cells (`eoscale.infer.predict.predict_blocks`). A field at the
+features' stride holds what the network computed, not an interpolation of it, at 1/16 of the pixels: what makes
+`eoscale embed` as fast as `eoscale predict` on a CPU (benchmarks/embed.json), where writing 64 bytes a pixel costs as
+much as the forward passes.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from eoscale.contract import BandContract
 from eoscale.errors import InputError
 from eoscale.infer.model import PredictionModel, load_model
 from eoscale.models.backbone import Backbone
+from eoscale.models.factory import SegmentationModel
 
 LAYERS = ("decoder", "backbone")
 
@@ -42,6 +50,7 @@ class Layer:
     name: str
     dimensions: int
     backbone: str
+    cell: int = 1  # pixels a side of the field's cells: 1, a vector a pixel; the features' stride, a vector a cell
 
 
 def unit_vectors(features: Tensor) -> Tensor:
@@ -57,24 +66,56 @@ class UnitVectors(nn.Module):
         return unit_vectors(features)
 
 
+def cells(x: Tensor, cell: int) -> tuple[int, int]:
+    """The size of a map of one vector a cell of `cell` × `cell` pixels of the windows `x`."""
+    return x.shape[-2] // cell, x.shape[-1] // cell
+
+
+def resized(features: Tensor, size: tuple[int, int]) -> Tensor:
+    """`features` bilinearly resized to `size`, or as they are if they have it."""
+    if tuple(features.shape[-2:]) == tuple(size):
+        return features
+    return F.interpolate(features, size=size, mode="bilinear", align_corners=False)
+
+
 class BackboneFeatures(nn.Module):
     """The last feature map of `backbone` (after `stem`, a model of several sensors' stems), made unit length, at the
-    input's size."""
+    input's size (one vector a cell of `cell` pixels)."""
 
-    def __init__(self, backbone: Backbone, stem: nn.Module | None = None) -> None:
+    def __init__(self, backbone: Backbone, stem: nn.Module | None = None, *, cell: int = 1) -> None:
         super().__init__()
         self.backbone = backbone
         self.stem = stem if stem is not None else nn.Identity()
+        self.cell = cell
 
     def forward(self, x: Tensor) -> Tensor:
         features = unit_vectors(self.backbone(self.stem(x))[-1])
-        return F.interpolate(features, size=x.shape[-2:], mode="bilinear", align_corners=False)
+        return F.interpolate(features, size=cells(x, self.cell), mode="bilinear", align_corners=False)
 
 
-def embedding_network(network: nn.Module, layer: str, *, backbone: str) -> tuple[nn.Module, Layer]:
-    """`network` (a checkpoint's, in eval mode) giving the features of `layer` instead of its output; the layer's facts."""
+class DecoderCells(nn.Module):
+    """A segmentation model's decoder features (its classifier a `UnitVectors`), one vector a cell of `cell` pixels:
+    the model's forward without the upsampling to the window."""
+
+    def __init__(self, network: nn.Module, cell: int) -> None:
+        super().__init__()
+        self.network = network
+        self.cell = cell
+
+    def forward(self, x: Tensor) -> Tensor:
+        net = self.network
+        features = net.decoder(net.neck(net.backbone(net.stem(x) if hasattr(net, "stem") else x)))
+        return resized(features, cells(x, self.cell))
+
+
+def embedding_network(network: nn.Module, layer: str, *, backbone: str, cell: int = 1) -> tuple[nn.Module, Layer]:
+    """`network` (a checkpoint's, in eval mode) giving the features of `layer` instead of its output, one vector a
+    cell of `cell` pixels; the layer's facts."""
     if layer not in LAYERS:
         raise InputError(f"--layer {layer!r} is not one of {', '.join(LAYERS)}")
+    if cell > 1 and not isinstance(network, SegmentationModel):  # a season's or a change model: dates, not cells
+        raise InputError(f"--field-stride {cell} takes a single-date segmentation model; a {type(network).__name__} "
+                         f"({backbone}) gives its features at the window's pixels: leave --field-stride out")
     if layer == "decoder":
         classifier = getattr(getattr(network, "decoder", None), "classifier", None)
         if not isinstance(classifier, nn.Conv2d):
@@ -83,29 +124,34 @@ def embedding_network(network: nn.Module, layer: str, *, backbone: str) -> tuple
         network.decoder.classifier = UnitVectors()
         if hasattr(network, "pixel_head"):  # its class logits are added to the decoder's: no feature of its own
             del network.pixel_head
-        return network, Layer(layer, classifier.in_channels, backbone)
+        if cell > 1:
+            network = DecoderCells(network, cell).eval()
+        return network, Layer(layer, classifier.in_channels, backbone, cell)
     inner = getattr(network, "backbone", None)
     if not isinstance(inner, Backbone) or not hasattr(network, "neck"):
         raise InputError(f"--layer backbone takes a single-date segmentation model's backbone; {type(network).__name__} "
                          f"({backbone}) has none: use --layer decoder")
     stem = getattr(network, "stem", None)
-    return BackboneFeatures(inner, stem).eval(), Layer(layer, int(inner.channels[-1]), backbone)
+    return BackboneFeatures(inner, stem, cell=cell).eval(), Layer(layer, int(inner.channels[-1]), backbone, cell)
 
 
 def load_embedding_model(checkpoint: str | Path, *, layer: str, adapter: str | None = None,
-                         device: torch.device | str = "cpu") -> tuple[PredictionModel, Layer]:
-    """The network of `checkpoint` giving `layer`'s features, on `device`: an eoscale checkpoint (`eoscale fit`), or a
-    backbone export (`backbone.safetensors` from `eoscale pretrain`: the backbone layer only)."""
+                         device: torch.device | str = "cpu", cell: int = 1) -> tuple[PredictionModel, Layer]:
+    """The network of `checkpoint` giving `layer`'s features, one vector a cell of `cell` pixels, on `device`: an
+    eoscale checkpoint (`eoscale fit`), or a backbone export (`backbone.safetensors` from `eoscale pretrain`: the
+    backbone layer only)."""
+    if cell < 1:
+        raise InputError(f"--field-stride {cell}: give a whole number of pixels, 1 or more")
     path = Path(checkpoint)
     if path.suffix == ".safetensors":
-        return _foundation(path, layer=layer, device=device)
+        return _foundation(path, layer=layer, device=device, cell=cell)
     model = load_model(path, adapter=adapter, device="cpu")
-    network, facts = embedding_network(model.network, layer, backbone=model.backbone)
+    network, facts = embedding_network(model.network, layer, backbone=model.backbone, cell=cell)
     model.network = network.to(device).eval().requires_grad_(False)
     return model, facts
 
 
-def _foundation(path: Path, *, layer: str, device: torch.device | str) -> tuple[PredictionModel, Layer]:
+def _foundation(path: Path, *, layer: str, device: torch.device | str, cell: int) -> tuple[PredictionModel, Layer]:
     """A backbone export as a model of its last feature map, its band contract from the file's metadata."""
     from eoscale.models.backbone import create_backbone
     from eoscale.models.foundation import FoundationWeights, read_export_metadata
@@ -124,8 +170,8 @@ def _foundation(path: Path, *, layer: str, device: torch.device | str) -> tuple[
         backbone = create_backbone(meta["model"], in_chans=len(bands), img_size=int(meta["img_size"]),
                                    weights=path, weights_transform=FoundationWeights(path, bands=bands),
                                    **dict(meta.get("model_kwargs") or {}))
-    network = BackboneFeatures(backbone).to(device).eval().requires_grad_(False)
+    network = BackboneFeatures(backbone, cell=cell).to(device).eval().requires_grad_(False)
     contract = BandContract(tuple(bands), tuple(meta["mean"]), tuple(meta["std"]), int(meta["img_size"]), ())
     model = PredictionModel(network, contract, None, path, str(meta["model"]),
                             spec={"args": {"backbone": meta["model"]}}, lineage=None)
-    return model, Layer("backbone", int(backbone.channels[-1]), str(meta["model"]))
+    return model, Layer("backbone", int(backbone.channels[-1]), str(meta["model"]), cell)

@@ -1,5 +1,6 @@
 """What `eoscale embed` takes: predict's options that decide how scenes are read and swept (`PredictConfig`), less
-those that describe class maps, plus the field's own (`--layer`, `--float`). No torch here, as in
+those that describe class maps, plus the field's own (`--layer`, `--float`,
+`--field-stride`). No torch here, as in
 `eoscale.infer.config`: `eoscale embed --help` builds its parser from this module alone.
 
 `eoscale.infer.run.prepare` tells an embedding run by its config's type and builds the feature network and the field
@@ -28,6 +29,11 @@ class EmbedConfig(PredictConfig):
                         "from 'eoscale pretrain')", default="decoder", choices=LAYERS)
     float_field: bool = option("--float", "also write <scene>_embedding_float.tif: the vectors as float32",
                                default=False, action="store_true")
+    field_stride: int = option("--field-stride", "one vector a cell of PX × PX pixels instead of one a pixel: the "
+                               "field's grid is the scene's, PX times coarser (recorded in its tags and STAC Item); at "
+                               "the features' own stride (4 for a CNN's decoder) the vectors are the network's, not "
+                               "upsampled, and a scene embeds as fast as it predicts; window, window stride and margin "
+                               "must be multiples of PX", default=1, type=int, metavar="PX")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -220,6 +220,7 @@ def predict_blocks(
     ramp: Ramp = "cosine",
     on_batch: Callable[[int], None] | None = None,
     readers: int = 1,
+    cell: int = 1,
 ) -> Iterator[Block]:
     """Blended row blocks `blocks` (default: all) of `scene`, in order, over column blocks `cols` (default: all,
     i.e. the whole width), its strips read by `readers` threads; see the module docstring.
@@ -229,6 +230,11 @@ def predict_blocks(
     channels by `activate` (default: the contract's, `BandContract.output_channels` and `.activate`). A `network`
     served elsewhere (`eoscale.infer.remote.RemoteNetwork`, `raw_windows` true) is sent the raw windows and their
     validity, several batches in flight, and gives the probabilities back; reading and blending are the same.
+
+    `cell` > 1: the network gives one output a cell of `cell` × `cell` pixels (a window's map is `window / cell`
+    wide: an embedding field at its features' stride), and the outputs are blended and handed out on that grid of
+    cells (`WindowGrid.coarsened`): a block's rows, columns and validity are the cells' (a cell is valid where any
+    of its pixels is).
     """
     if batch_size < 1:
         raise InputError(f"batch size {batch_size}: give at least 1")
@@ -241,8 +247,10 @@ def predict_blocks(
     device = torch.device("cpu") if remote else next(network.parameters()).device
     first = grid.first_window_row(blocks.start)
     span = Span.of(grid.cols, cols)
+    out = grid.coarsened(cell)  # the grid the outputs are blended on: the pixels' own, or cells of `cell` pixels
+    out_span = Span.of(out.cols, cols)
     classes = contract.output_channels() if channels is None else channels
-    accumulator = RowAccumulator(grid, classes, first_row=first, cols=span, kind=ramp, device=device)
+    accumulator = RowAccumulator(out, classes, first_row=first, cols=out_span, kind=ramp, device=device)
     dates = len(scene.steps) if isinstance(scene, SceneStack) else 1  # a stack's windows: every date's bands
     mean, scale = (None, None) if remote else contract.normalisation(dates)
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
@@ -254,6 +262,9 @@ def predict_blocks(
     last_col = span.windows - 1
     try:
         for batch, probs in forwarded:
+            if probs.shape[-1] != out.window:
+                raise InputError(f"the network gives maps {probs.shape[-1]} wide for windows of {grid.window} pixels; "
+                                 f"blending cells of {cell} needs {out.window}")
             if probs.shape[1] != classes:
                 raise InputError(f"the model gives {probs.shape[1]} classes but its checkpoint's class table has {classes}"
                                  if contract.target == "classes" else
@@ -262,9 +273,10 @@ def predict_blocks(
             with torch.inference_mode():
                 weighted = probs.mul_(accumulator.weights)
                 for i, (strip, k) in enumerate(batch):
-                    accumulator.add(strip.row, span.first + k, weighted[i])
+                    accumulator.add(strip.row, out_span.first + k, weighted[i])
                     if k == last_col:
-                        finished.extend(_finish(accumulator, grid, span, strip, blocks))
+                        valid = strip.valid if cell == 1 else _cell_validity(strip, grid, span, cell)
+                        finished.extend(_finish(accumulator, out, out_span, strip.row, valid, blocks))
             if on_batch is not None:
                 on_batch(len(batch))
             yield from finished  # outside inference_mode: a generator's context would leak into its consumer
@@ -341,13 +353,29 @@ def _stack(batch: list[tuple[Strip, int]]) -> Tensor:
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
-def _finish(accumulator: RowAccumulator, grid: WindowGrid, span: Span, strip: Strip, blocks: range) -> Iterator[Block]:
-    probs = accumulator.finish_row(strip.row)
-    if strip.row not in blocks:  # a halo row, final in another process's part
+def _finish(accumulator: RowAccumulator, grid: WindowGrid, span: Span, row: int, valid: np.ndarray,
+            blocks: range) -> Iterator[Block]:
+    """Row block `row` of `grid`, if it is one of `blocks`; `valid` the validity of the strip under window row `row`
+    (of `grid`'s pixels: the scene's, or cells of several)."""
+    probs = accumulator.finish_row(row)
+    if row not in blocks:  # a halo row, final in another process's part
         return
-    start, stop = grid.block_rows(strip.row)
+    start, stop = grid.block_rows(row)
+    top = grid.rows.start(row)
+    yield Block(row, start, probs, valid[start - top : stop - top, span.out], col=span.out_start)
+
+
+def _cell_validity(strip: Strip, grid: WindowGrid, span: Span, cell: int) -> np.ndarray:
+    """The strip's validity on cells of `cell` × `cell` pixels (whole cells: `WindowGrid.coarsened`): a cell is valid
+    where any of its scene pixels is (pixels mirrored past the scene's edges count for nothing)."""
+    valid = strip.valid.copy()
     top = grid.rows.start(strip.row)
-    yield Block(strip.row, start, probs, strip.valid[start - top : stop - top, span.out], col=span.out_start)
+    valid[: max(0, -top)] = False
+    valid[max(0, grid.height - top) :] = False
+    valid[:, : max(0, -span.origin)] = False
+    valid[:, max(0, grid.width - span.origin) :] = False
+    rows, cols = valid.shape[0] // cell, valid.shape[1] // cell
+    return valid.reshape(rows, cell, cols, cell).any(axis=(1, 3))
 
 
 def batched(items: Iterable[T], size: int) -> Iterator[list[T]]:

@@ -56,7 +56,7 @@ from eoscale.infer.outputs import (
     writer_for,
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
-from eoscale.infer.windows import Span, WindowGrid, check_window
+from eoscale.infer.windows import AxisGrid, Span, WindowGrid, check_window
 from eoscale.raster.float_optical import with_input_scale
 from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
@@ -200,7 +200,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         from eoscale.infer.embed import load_embedding_model
 
         model, layer = load_embedding_model(config.checkpoint, layer=config.layer, adapter=config.adapter,
-                                            device=device)
+                                            device=device, cell=config.field_stride)
     else:
         model = load_model(config.checkpoint, adapter=config.adapter, device=device)
     # a checkpoint of a store from before ingest refused a band of std 0: refused before any work, naming the band
@@ -244,6 +244,8 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         check_outputs(config, ids, writer)
     window = config.window or model.contract.tile_size
     check_window(window, config.overlap)
+    if writer.cell() > 1:  # the field's cells must tile the windows: refused before any scene is read
+        AxisGrid.make(window, window, config.overlap).coarsened(writer.cell())
     readers = config.readers or reading_threads(model.device)
     return Plan(model, scenes, window, config.overlap, config.column_tile, readers, writer)
 
@@ -384,7 +386,8 @@ def predict_part(plan: Plan, config: PredictConfig, scene: Scene, folder: Path, 
         try:
             for block in predict_blocks(plan.model.network, scene, grid, contract=plan.model.contract,
                                         channels=plan.writer.channels(), activate=plan.writer.activate,
-                                        blocks=blocks, cols=cols, batch_size=config.batch_size, ramp=config.ramp, on_batch=advance, readers=plan.readers):
+                                        blocks=blocks, cols=cols, batch_size=config.batch_size, ramp=config.ramp, on_batch=advance, readers=plan.readers,
+                                        cell=plan.writer.cell()):
                 writes.put(block)
             writes.close()
         except BaseException:

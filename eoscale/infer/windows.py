@@ -87,6 +87,17 @@ class AxisGrid:
         """The first window that touches block `block`."""
         return max(0, block - self.halo)
 
+    def coarsened(self, factor: int) -> AxisGrid:
+        """The same windows on a grid of cells of `factor` pixels (`length` rounded up to whole cells): what a
+        network giving one output a cell, at its features' stride, blends on. Window, stride and margin must be
+        whole cells, so that every window and block starts on a cell's edge."""
+        if self.window % factor or self.stride % factor or self.margin % factor:
+            raise InputError(f"a field stride of {factor} pixels needs windows ({self.window}), their stride "
+                             f"({self.stride}) and margin ({self.margin}) in whole cells of {factor}: give a stride "
+                             f"that divides them, or another window or overlap")
+        return AxisGrid(-(-self.length // factor), self.window // factor, self.stride // factor,
+                        self.margin // factor, self.count)
+
     def split(self, parts: int) -> list[range]:
         """Blocks in `parts` contiguous ranges, as equal in count as possible."""
         return even_ranges(self.count, parts)
@@ -157,6 +168,10 @@ class WindowGrid:
     @property
     def width(self) -> int:
         return self.cols.length
+
+    def coarsened(self, factor: int) -> WindowGrid:
+        """The same windows on a grid of cells of `factor` × `factor` pixels (`AxisGrid.coarsened`)."""
+        return self if factor == 1 else WindowGrid(self.rows.coarsened(factor), self.cols.coarsened(factor))
 
     def block_rows(self, i: int) -> tuple[int, int]:
         """Scene rows `[start, stop)` of row block `i` (empty when it lies wholly in the margin)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +244,68 @@ def test_the_field_is_the_same_whatever_the_column_tile(embedded, tmp_path):
         assert np.array_equal(a.read(), b.read())
 
 
+def _cell_means(field: np.ndarray, cell: int) -> np.ndarray:
+    """A (dimensions, rows, columns) float field's mean vector over each cell of `cell` × `cell` pixels (NaN: none)."""
+    d, h, w = field.shape
+    padded = np.full((d, -(-h // cell) * cell, -(-w // cell) * cell), np.nan, dtype=np.float32)
+    padded[:, :h, :w] = field
+    cells = padded.reshape(d, padded.shape[1] // cell, cell, padded.shape[2] // cell, cell)
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a cell of nodata only: its mean is NaN
+        return np.nanmean(cells, axis=(2, 4))
+
+
+def test_a_field_at_the_features_stride_is_the_scenes_grid_in_cells(embedded, tmp_path):
+    # guards --field-stride (one vector a cell of 4x4 pixels, the decoder's own stride, blended on the grid of cells):
+    # the field must lie on the scene's grid made 4 times coarser (a transform left at the pixels' or a grid cut short
+    # would not), hold nodata exactly where every pixel of a cell is nodata, be the same whatever the column tile, and
+    # its vectors must be the full-resolution field's at the same place (a field shifted by one cell, or blended on
+    # the pixels' positions, agrees less with it than the cells under it do)
+    scene = embedded["root"] / "odd.tif"
+    fields = {}
+    for name, extra in (("whole", []), ("tiled", ["--column-tile", "64"])):
+        assert main(["embed", "--checkpoint", str(embedded["checkpoint"]), "--input", str(scene), "--output",
+                     str(tmp_path / name), "--field-stride", "4", "--float", "--no-progress", "--device", "cpu",
+                     *extra]) == 0
+        with rasterio.open(tmp_path / name / "odd_embedding.tif") as src:
+            fields[name] = src.read()
+            tags, transform, shape = src.tags(), src.transform, src.shape
+    assert np.array_equal(fields["whole"], fields["tiled"])
+    with rasterio.open(scene) as src:
+        assert transform == src.transform * src.transform.scale(4)
+    assert shape == (-(-HEIGHT // 4), -(-WIDTH // 4)) and tags["EMBEDDING_STRIDE"] == "4"
+    item = json.loads((tmp_path / "whole" / "odd_embedding_item.json").read_text())
+    assert item["properties"]["proj:shape"] == list(shape) and item["properties"]["eoscale:embedding"]["EMBEDDING_STRIDE"] == "4"
+    nodata_pixels = np.zeros((HEIGHT, WIDTH), dtype=bool)
+    nodata_pixels[NODATA_BOX] = True
+    all_nodata = np.isnan(_cell_means(np.where(nodata_pixels, np.nan, 1.0)[None].astype(np.float32), 4)[0])
+    assert np.array_equal(fields["whole"][0] == NODATA, all_nodata) and all_nodata.sum() == 5 * 7
+    with rasterio.open(tmp_path / "whole" / "odd_embedding_float.tif") as src:
+        coarse = src.read()
+    with rasterio.open(embedded["float"]) as src:
+        under = _cell_means(src.read(), 4)
+    valid = ~all_nodata
+
+    def agreement(shift: tuple[int, int]) -> float:
+        moved = np.roll(under, shift, axis=(1, 2))
+        ok = valid & np.isfinite(moved).all(axis=0)
+        return float(_cosine(coarse[:, ok].T, moved[:, ok].T).mean())
+
+    assert agreement((0, 0)) >= 0.95  # measured 0.989; shifted by one cell 0.87-0.88
+    assert agreement((0, 0)) > max(agreement(s) for s in ((1, 0), (-1, 0), (0, 1), (0, -1))) + 0.05
+
+
+def test_a_field_stride_that_does_not_tile_the_windows_is_refused(embedded, tmp_path, capsys):
+    # guards the one-line refusal of cells that windows and their stride do not hold whole (windows of 32 pixels
+    # every 24 from a margin of 4: 8 does not divide 4), before any work and with nothing written
+    scene = str(embedded["root"] / "odd.tif")
+    assert main(["embed", "--checkpoint", str(embedded["checkpoint"]), "--input", scene, "--output", str(tmp_path / "a"),
+                 "--field-stride", "8", "--no-progress", "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "field stride of 8" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a" / "odd_embedding.tif").exists()
+
+
 def _points(embedded, path: Path, *, per_class: int, seed: int, classes: list[int] | None = None) -> Path:
     """A CSV of `per_class` labelled points a class (x, y of pixel centres in the field's CRS), away from nodata."""
     rng = np.random.default_rng(seed)
@@ -421,4 +484,16 @@ def test_two_processes_write_the_field_one_process_writes(embedded, tmp_path):
     assert main(["embed", "--checkpoint", str(embedded["checkpoint"]), "--input", str(scene), "--output",
                  str(tmp_path), "--devices", "2", "--no-progress", "--device", "cpu"]) == 0
     with rasterio.open(embedded["field"]) as a, rasterio.open(tmp_path / "odd_embedding.tif") as b:
+        assert np.array_equal(a.read(), b.read())
+
+
+@pytest.mark.slow
+def test_two_processes_write_the_field_of_cells_one_process_writes(embedded, tmp_path):
+    # guards --field-stride across ranks: a process starting at a later row block (its halo window rows blended on
+    # the cells, its first block's rows counted in cells) must give the bytes one process gives
+    scene = embedded["root"] / "odd.tif"
+    for name, extra in (("one", []), ("two", ["--devices", "2"])):
+        assert main(["embed", "--checkpoint", str(embedded["checkpoint"]), "--input", str(scene), "--output",
+                     str(tmp_path / name), "--field-stride", "4", "--no-progress", "--device", "cpu", *extra]) == 0
+    with rasterio.open(tmp_path / "one" / "odd_embedding.tif") as a, rasterio.open(tmp_path / "two" / "odd_embedding.tif") as b:
         assert np.array_equal(a.read(), b.read())

@@ -78,6 +78,11 @@ class OutputWriter:
     def channels(self) -> int:
         return self.contract.output_channels()
 
+    def cell(self) -> int:
+        """Pixels a side of the cells the maps are made of: 1 (the scene's pixels) unless the network gives one output
+        a cell of several (an embedding field at its features' stride: `eoscale embed --field-stride`)."""
+        return 1
+
     def activate(self, logits: Tensor) -> Tensor:
         return self.contract.activate(logits)
 

@@ -5,8 +5,9 @@ Per scene, in the output folder:
     <scene>_embedding.tif          COG, int8, one band a dimension (`A00`, `A01`, …), unit-length vectors quantised as
                                    Google's Satellite Embedding is: `(v/127.5)² · sign(v)` de-quantises, nodata −128
                                    (`eoscale.sensors.embedding`); tags: the de-quantisation, the backbone, the layer,
-                                   the dimensions, the checkpoint and its sha256, the lineage; nearest overviews (an
-                                   average of quantised values is no quantised average)
+                                   the dimensions, the field's stride (`EMBEDDING_STRIDE`: pixels of the scene a
+                                   side of a cell, 1 unless `--field-stride`), the checkpoint and its sha256, the
+                                   lineage; nearest overviews (an average of quantised values is no quantised average)
     <scene>_embedding_float.tif    with `--float`: the same vectors as float32, nodata NaN
     <scene>_embedding_item.json    the field's STAC Item
 
@@ -19,13 +20,14 @@ last (its presence marks the scene as done).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pystac
 import rasterio
+from affine import Affine
 from rasterio.windows import Window
 from torch import Tensor
 
@@ -35,7 +37,7 @@ from eoscale.contract import BandContract
 from eoscale.errors import OutputExistsError
 from eoscale.infer.embed import Layer
 from eoscale.infer.outputs.base import MapContext, OutputWriter
-from eoscale.infer.outputs.rasters import BLOCKSIZE, PartFiles, Piece, partial
+from eoscale.infer.outputs.rasters import BLOCKSIZE, Georef, PartFiles, Piece, partial
 from eoscale.sensors.embedding import DEQUANTISATION, DEQUANTISATION_TAG, NODATA, SCALE, band_names
 
 FLOAT_NODATA = float("nan")
@@ -200,6 +202,9 @@ class EmbeddingWriter(OutputWriter):
     def channels(self) -> int:
         return self.layer.dimensions
 
+    def cell(self) -> int:
+        return self.layer.cell
+
     def activate(self, logits: Tensor) -> Tensor:
         return logits.float()  # unit vectors already (`eoscale.infer.embed.UnitVectors`): each window weighs alike
 
@@ -213,11 +218,23 @@ class EmbeddingWriter(OutputWriter):
         """The field's identity: how to de-quantise it and which model and layer made it."""
         return {**context.tags, DEQUANTISATION_TAG: DEQUANTISATION, "EMBEDDING_MODEL": self.layer.backbone,
                 "EMBEDDING_LAYER": self.layer.name, "EMBEDDING_DIMENSIONS": str(self.layer.dimensions),
-                "EMBEDDING_NODATA": str(NODATA)}
+                "EMBEDDING_NODATA": str(NODATA), "EMBEDDING_STRIDE": str(self.layer.cell)}
+
+    def field_context(self, context: MapContext) -> MapContext:
+        """`context` on the field's grid: the scene's, or its cells of `cell` × `cell` pixels (the last row and column
+        of cells reaching past the scene's edge where its size is not a multiple of `cell`)."""
+        cell = self.layer.cell
+        if cell == 1:
+            return context
+        g = context.georef
+        grid = Georef(g.crs, g.transform * Affine.scale(cell), -(-g.width // cell), -(-g.height // cell))
+        return replace(context, georef=grid)
 
     def finish(self, scene: Any, pieces: list[Piece], described: list[dict], files: EmbeddingFiles,
                context: MapContext) -> dict:
         d = self.layer.dimensions
+        context = self.field_context(context)
+        grid = context.georef
         tags = self.tags(context)
         write_field_cog(pieces, ".int8", partial(files.field), context, dtype="int8", dimensions=d, nodata=NODATA,
                         tags=tags)
@@ -234,7 +251,7 @@ class EmbeddingWriter(OutputWriter):
                   "embedding_float": AssetInfo(f"{d}-dimensional embedding field, float32", pystac.MediaType.COG,
                                                ["data"], raster={"data_type": "float32"})}
         paths = {"embedding": files.field, "embedding_float": files.float_field}
-        item = map_item(scene.id, crs=scene.crs, transform=scene.transform, width=scene.width, height=scene.height,
+        item = map_item(scene.id, crs=grid.crs, transform=grid.transform, width=grid.width, height=grid.height,
                         files=paths, lineage=context.lineage, assets=assets, product="embedding",
                         title=f"embedding field of {scene.id}", checksums={"embedding": file_sha256(partial(files.field))})
         item.properties["eoscale:embedding"] = {k: v for k, v in tags.items() if k.startswith("EMBEDDING")}
