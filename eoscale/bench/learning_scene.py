@@ -144,8 +144,11 @@ def score(truth: np.ndarray, predicted: np.ndarray, names: list[str]) -> dict:
 
 def probabilities(checkpoint: Path, scene: Path, output: Path) -> np.ndarray:
     """`eoscale predict --probabilities` of `scene`: every class's probability, (classes, height, width)."""
+    import shutil
+
     import rasterio
 
+    shutil.rmtree(output, ignore_errors=True)  # the maps of an earlier run in the work folder
     argv = [sys.executable, "-m", "eoscale", "predict", "--checkpoint", str(checkpoint), "--input", str(scene),
             "--output", str(output), "--probabilities", "--device", "cpu", "--no-progress"]
     done = subprocess.run(argv, capture_output=True, text=True)
@@ -240,8 +243,7 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
         checkpoint = _checkpoint(root)
         mapped[model] = {part: probabilities(checkpoint, work / f"{part}.tif", runs / f"maps-{model}-{part}")
                          for part in ("train", "test")}
-    by_weight = {w: score(val, _mix(mapped, "train", w), names)["miou"] for w in WEIGHTS}
-    weight = max(by_weight, key=lambda w: (by_weight[w], -abs(w - 0.5)))  # ties: the more even mixture
+    weight, by_weight = choose_weight(mapped, val, names)
     result = {"seed": seed,
               "forest": {**score(truth["test"], mapped["forest"]["test"].argmax(0), names),
                          "fit_seconds": forest["wall_seconds"]},
@@ -262,8 +264,7 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     (train, test), _ = pixel_forest(train_image, unseen, [train_image, test_image], nodata=nodata, means=MEANS_PX,
                                     classes=len(names), seed=seed)
     mapped["forest"] = {"train": train, "test": test}
-    by_weight = {w: score(val, _mix(mapped, "train", w), names)["miou"] for w in WEIGHTS}
-    weight = max(by_weight, key=lambda w: (by_weight[w], -abs(w - 0.5)))
+    weight, by_weight = choose_weight(mapped, val, names)
     result["stack_means"] = {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                              "val_miou_by_weight": by_weight}
     forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
@@ -280,6 +281,14 @@ def _once(done: Path, fit) -> dict:
     figures = fit()
     done.write_text(json.dumps(figures, default=str))
     return figures
+
+
+def choose_weight(mapped: dict, val: np.ndarray, names: list[str]) -> tuple[float, dict[float, float]]:
+    """The forest's weight in the stack: the one of `WEIGHTS` whose mixture maps the val tiles of the train half
+    (`val`: their class indices, `IGNORE_INDEX` elsewhere) best by mIoU, ties to the more even mixture; and the val
+    mIoU of each weight. Only the train half's maps are read: the held-out half chooses nothing."""
+    by_weight = {w: score(val, _mix(mapped, "train", w), names)["miou"] for w in WEIGHTS}
+    return max(by_weight, key=lambda w: (by_weight[w], -abs(w - 0.5))), by_weight
 
 
 def _mix(mapped: dict, part: str, weight: float) -> np.ndarray:

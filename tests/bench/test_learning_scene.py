@@ -119,3 +119,14 @@ def test_the_baseline_forest_puts_each_class_in_its_own_row():
     assert mapped.shape == (3, 4, 6)
     assert (mapped[1] == 0).all()
     np.testing.assert_array_equal(mapped.argmax(0), truth)
+
+
+def test_the_stack_weight_is_chosen_on_the_train_half_only():
+    # guards: the weight chosen on the held-out half (tuning on the test): here the held-out half would want the
+    # network alone (w = 0), the val tiles of the train half want the forest alone (w = 1)
+    truth = np.array([[0, 1]])
+    right, wrong = np.array([[[0.9, 0.1]], [[0.1, 0.9]]]), np.array([[[0.1, 0.9]], [[0.9, 0.1]]])
+    mapped = {"forest": {"train": right, "test": wrong}, "network": {"train": wrong, "test": right}}
+    weight, by_weight = learning_scene.choose_weight(mapped, truth, ["a", "b"])
+    assert by_weight[1.0] == 1.0 and by_weight[0.0] == 0.0
+    assert weight == 0.6  # the most even of the mixtures that map the val tiles right (0.6 to 1)
