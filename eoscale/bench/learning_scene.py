@@ -73,9 +73,9 @@ def _check_scene_args(args: argparse.Namespace) -> None:
 
 def halves(scene: str, labels: str, hold_out: str, folder: Path, *,
            band_names: list[str] | None) -> dict[str, np.ndarray]:
-    """`train.tif` and `test.tif` in `folder` (the scene's two halves, its dtype and nodata, bands named), and the
-    label codes on each half's grid (nearest neighbour), 0-filled where the scene has no data or no label is known
-    (`valid` says which)."""
+    """`train.tif` and `test.tif` in `folder` (the scene's two halves, its dtype and nodata, bands named); returned:
+    the label codes on each half's grid (`train`, `test`: nearest neighbour, NaN where the labels say nothing) and
+    `train_valid`, `test_valid`: the pixels with data in every band and a label."""
     import rasterio
     from rasterio.warp import Resampling, reproject
     from rasterio.windows import Window
