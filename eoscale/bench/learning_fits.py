@@ -141,3 +141,11 @@ def missed_classes(classes: dict, warnings: list[str]) -> dict:
 def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
     """(step, value) pairs of one metric from the training's metrics.csv (`time,step,metric,value` rows)."""
     return sorted((int(float(r["step"] or 0)), float(r["value"])) for r in rows if r.get("metric") == key)
+
+
+def network_seed_args(seed: int) -> list[str]:
+    """`eoscale fit` arguments that seed a network's fit: `seed_everything` alone leaves the initial weights
+    (`model.init_args.init_seed`) and the tiles' order and augmentation (`data.init_args.seed`) at their configs'
+    0, so every "seed" trained the same network (issue 49: two seeds on Zion, the same val mIoU to 17 digits)."""
+    return ["--seed_everything", str(seed), "--model.init_args.init_seed", str(seed), "--data.init_args.seed", str(seed)]
+
