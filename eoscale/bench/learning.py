@@ -33,6 +33,7 @@ from eoscale.bench.learning_fits import (  # noqa: F401
     fit_forest,
     fit_network,
     missed_classes,
+    network_seed_args,
     score_checkpoint,
     step_seconds,
 )
@@ -119,7 +120,7 @@ def bench_store(store: str, args: argparse.Namespace, *, fit_seed: int | None = 
         print(f"random forest: eoscale fit --config {args.forest_config} {shlex.join(forest_extra)} …")
         forest = fit_forest(store, Path(tmp), config=args.forest_config, extra=seeded + forest_extra)
         print(f"  val mIoU {forest['val_miou']:.3f}, accuracy {forest['val_accuracy']:.3f}")
-        extra = seeded + shlex.split(args.fit_args)
+        extra = ([] if fit_seed is None else network_seed_args(fit_seed)) + shlex.split(args.fit_args)
         print(f"network: eoscale fit --config {args.config} {shlex.join(extra)} for {args.minutes:g} min …")
         network = fit_network(store, Path(tmp), config=args.config, extra=extra, minutes=args.minutes,
                               batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,

@@ -215,7 +215,7 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     its held-out half; the halves and the store are made once in `work`, each seed's fits in `work/seed<N>`."""
     import rasterio
 
-    from eoscale.bench.learning_fits import _checkpoint, fit_forest, fit_network
+    from eoscale.bench.learning_fits import _checkpoint, fit_forest, fit_network, network_seed_args
     from eoscale.classes import IGNORE_INDEX, ClassTable
     from eoscale.ingest import ingest
 
@@ -235,7 +235,8 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
         str(store), runs, config=args.forest_config,
         extra=seeded + ["--model.init_args.seed", str(seed)] + shlex.split(args.forest_args)))
     network = _once(runs / "network.json", lambda: fit_network(
-        str(store), runs, config=args.config, extra=seeded + shlex.split(args.fit_args), minutes=args.minutes,
+        str(store), runs, config=args.config, extra=network_seed_args(seed) + shlex.split(args.fit_args),
+        minutes=args.minutes,
         batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
         validate_every=args.validate_every))
     mapped = {}
