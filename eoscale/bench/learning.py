@@ -11,6 +11,8 @@ each class of at least 0.1 % of the val pixels that the scored network never map
     eoscale bench learning runs/tiles.zarr --minutes 5 --label default --record benchmarks
     eoscale bench learning runs/tiles.zarr --seeds 0,1,2          # three fits of each model (their seeds)
     eoscale bench learning --synthetic runs/imb --seeds 0,1,2     # three synthetic imbalanced sets (issue 38)
+    eoscale bench learning --scene scene.tif --labels labels.tif --classes classes.csv   # a real scene, halved
+                                                                  # (eoscale.bench.learning_scene, issue 49)
 
 With several seeds the record holds one result a seed and the network's gain over the forest on each.
 """
@@ -18,143 +20,24 @@ With several seeds the record holds one result a seed and the network's gain ove
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-import numpy as np
-
-from eoscale.models.metrics import confusion_iou, confusion_matrix, confusion_miou
+# the fits and their scoring, in their own module since the real-scene mode uses them too; named here as before
+from eoscale.bench.learning_fits import (  # noqa: F401
+    _checkpoint,
+    _fit_argv,
+    _run_fit,
+    _series,
+    fit_forest,
+    fit_network,
+    missed_classes,
+    network_seed_args,
+    score_checkpoint,
+    step_seconds,
+)
 from eoscale.paths import Paths
-
-
-def score_checkpoint(checkpoint: str | Path, store: str, *, split: str = "val", batch_size: int = 16) -> dict:
-    """A checkpoint's confusion on every valid pixel of `split` (tiles as training reads them): mIoU over the classes
-    in the labels (`miou`, `eoscale.models.metrics`' convention), and per class the IoU, the producer's accuracy and
-    the share of the pixels.
-    Networks and forests alike (`eoscale.infer.model.load_model`), so both are scored by the same code."""
-    import torch
-
-    from eoscale.data.datamodule import TileDataModule
-    from eoscale.infer.model import load_model
-
-    model = load_model(checkpoint)
-    n = len(model.contract.classes)
-    data = TileDataModule(store, batch_size=batch_size, num_workers=0, bands=list(model.contract.bands), labels=True,
-                          augment=False, predict_split=split)
-    data.setup("predict")
-    confusion = np.zeros((n, n), dtype=np.int64)
-    with torch.inference_mode(), data.predict_dataloader() as loader:
-        for batch in loader:
-            batch = data.normalise(batch)
-            predicted = model.network(batch["image"]).argmax(1).reshape(-1).numpy()
-            confusion += confusion_matrix(batch["label"].reshape(-1).numpy(), predicted, n)
-    value = confusion_miou(confusion)
-    per_class = [None if np.isnan(v) else float(v) for v in confusion_iou(confusion)]
-    support = confusion.sum(1)
-    names = [c["name"] for c in model.contract.classes]
-    classes = {name: {"iou": per_class[i], "pixel_share": float(support[i] / max(support.sum(), 1)),
-                      "producer_accuracy": float(confusion[i, i] / support[i]) if support[i] else None}
-               for i, name in enumerate(names)}
-    return {"val_miou": value, "val_accuracy": float(np.trace(confusion) / max(confusion.sum(), 1)),
-            "val_classes": classes, "val_pixels": int(confusion.sum())}
-
-
-def fit_forest(store: str, work: Path, *, config: str, extra: list[str]) -> dict:
-    """`eoscale fit --config configs/forest.yaml` on the store, then its checkpoint scored on the val split."""
-    argv = [sys.executable, "-m", "eoscale", "fit", "--config", config, "--data.init_args.store", store,
-            "--trainer.default_root_dir", str(work / "forest"), *extra]
-    started = time.perf_counter()
-    _run_fit(argv)
-    seconds = time.perf_counter() - started
-    return {"model": f"random forest ({config})", "fit_args": extra, "wall_seconds": seconds,
-            **score_checkpoint(_checkpoint(work / "forest"), store)}
-
-
-def _checkpoint(root: Path) -> Path:
-    """The checkpoint `predict` takes from the run under `root`: its best by the monitored metric, else its last."""
-    from eoscale.models.checkpoint import run_checkpoint
-
-    return run_checkpoint(root)[0]
-
-
-def _fit_argv(store: str, root: Path, *, config: str, extra: list[str], batch: int, workers: int,
-              steps: int) -> list[str]:
-    return [sys.executable, "-m", "eoscale", "fit", "--config", config,
-            "--data.init_args.store", store, "--data.init_args.batch_size", str(batch),
-            "--data.init_args.num_workers", str(workers), "--trainer.max_steps", str(steps),
-            "--model.init_args.warmup_steps", str(min(50, steps // 4)), "--trainer.default_root_dir", str(root), *extra]
-
-
-def _run_fit(argv: list[str], env: dict | None = None) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
-                          env={**os.environ, **(env or {})})
-    if done.returncode != 0:
-        raise RuntimeError(f"eoscale fit failed:\n{done.stderr[-3000:]}")
-    return done.stdout + done.stderr
-
-
-def step_seconds(store: str, work: Path, *, config: str, extra: list[str], batch: int, workers: int,
-                 steps: int = 40) -> float:
-    """Seconds per training step of the run below, from a short run of the same fit (no validation)."""
-    out = work / "calibration.json"
-    argv = _fit_argv(store, work / "calibration", config=config, extra=extra, batch=batch, workers=workers,
-                     steps=steps)
-    argv += ["--trainer.limit_val_batches", "0", "--trainer.callbacks+=eoscale.bench.train.StepTimer"]
-    _run_fit(argv, {"EOSCALE_BENCH_OUT": str(out)})
-    timed = json.loads(out.read_text())
-    return timed["seconds"] / max(timed["steps_timed"], 1)
-
-
-def fit_network(store: str, work: Path, *, config: str, extra: list[str], minutes: float, batch: int, workers: int,
-                calibration_steps: int = 40, validate_every: int = 100) -> dict:
-    """Train for `minutes`. The LR schedule (warm-up, cosine to 0) must end when the budget does, so the step
-    count is set from a short calibration run's step time (`calibration_steps`), less 10 % for validation and
-    start-up, in whole `validate_every` steps; `max_time` still stops the run at the budget if the machine
-    slows down. The best checkpoint (by val mIoU, the one `predict` takes) is then scored as the forest is."""
-    seconds_per_step = step_seconds(store, work, config=config, extra=extra, batch=batch, workers=workers,
-                                    steps=calibration_steps)
-    every = validate_every
-    steps = max(every, int(0.9 * minutes * 60 / seconds_per_step) // every * every)  # validated at the last step too
-    argv = _fit_argv(store, work / "fit", config=config, extra=extra, batch=batch, workers=workers, steps=steps)
-    argv += ["--trainer.max_time", time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60)),
-             "--trainer.val_check_interval", str(every), "--trainer.log_every_n_steps", str(min(10, every))]
-    started = time.perf_counter()
-    output = _run_fit(argv)
-    wall = time.perf_counter() - started
-    rows = [row for path in (work / "fit").rglob("metrics.csv") for row in csv.DictReader(path.open())]
-    history = _series(rows, "val_miou")
-    warnings = [line.strip() for line in output.splitlines() if "producer's accuracy 0" in line]
-    stopped = [line.strip() for line in output.splitlines() if line.startswith("early stopping at step")]
-    checkpoint = _checkpoint(work / "fit")
-    scored = score_checkpoint(checkpoint, store, batch_size=batch)
-    return {"model": f"network ({config})", "fit_args": extra, "minutes": minutes,
-            "seconds_per_step_calibrated": seconds_per_step, "calibration_steps": calibration_steps,
-            "max_steps": steps, "validate_every": every, "wall_seconds": wall, "val_miou_history": history,
-            "checkpoint": checkpoint.name, "early_stopping": stopped[0] if stopped else None,
-            "fit_warnings": warnings, **scored, **missed_classes(scored["val_classes"], warnings)}
-
-
-def missed_classes(classes: dict, warnings: list[str]) -> dict:
-    """The classes of at least `MISSED_CLASS_SHARE` of the val pixels that the scored model never maps right
-    (producer's accuracy 0), and those of them no warning of the fit names: the issue's "no such class without a
-    warning in the run"."""
-    from eoscale.train.tasks.segmentation import MISSED_CLASS_SHARE
-
-    missed = [name for name, row in classes.items()
-              if row["pixel_share"] >= MISSED_CLASS_SHARE and row["producer_accuracy"] == 0]
-    return {"missed_classes": missed,
-            "missed_classes_unwarned": [name for name in missed if not any(f"{name!r}" in w for w in warnings)]}
-
-
-def _series(rows: list[dict], key: str) -> list[tuple[int, float]]:
-    """(step, value) pairs of one metric from the training's metrics.csv (`time,step,metric,value` rows)."""
-    return sorted((int(float(r["step"] or 0)), float(r["value"])) for r in rows if r.get("metric") == key)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -173,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "--scenes/--size/--tile-size) instead of refusing the folder")
     parser.add_argument("--scenes", type=int, default=2, help="with --synthetic: scenes a set (default: 2)")
     parser.add_argument("--size", type=int, default=384, help="with --synthetic: a scene's side in px (default: 384)")
-    parser.add_argument("--tile-size", type=int, default=64, help="with --synthetic: the ingest's tiles (default: 64)")
+    parser.add_argument("--tile-size", type=int, default=64, help="with --synthetic or --scene: the ingest's tiles (default: 64)")
     parser.add_argument("--minutes", type=float, default=10.0, help="CPU training budget of the network (default: 10)")
     parser.add_argument("--config", default="configs/resnet18_seg.yaml", action=Paths, metavar="CONFIG",
                         help="the network's fit config (default: configs/resnet18_seg.yaml, the default recipe)")
@@ -191,6 +74,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(default: 40)")
     parser.add_argument("--validate-every", type=int, default=100,
                         help="validate every N steps; the fit runs a whole number of them (default: 100)")
+    from eoscale.bench import learning_scene
+
+    learning_scene.configure(parser)
 
 
 def _check(args: argparse.Namespace) -> list[int] | None:
@@ -202,8 +88,8 @@ def _check(args: argparse.Namespace) -> list[int] | None:
         raise InputError(f"need --minutes > 0, --calibration-steps > {WARMUP_STEPS} (its first {WARMUP_STEPS} are not "
                          f"timed) and --validate-every >= 1; got {args.minutes:g}, {args.calibration_steps} and "
                          f"{args.validate_every}")
-    if (args.store is None) == (args.synthetic is None):
-        raise InputError("give a tile store (STORE) or --synthetic FOLDER, one of them")
+    if sum(x is not None for x in (args.store, args.synthetic, args.scene)) != 1:
+        raise InputError("give a tile store (STORE) or --synthetic FOLDER or --scene RASTER, one of them")
     if args.reuse and args.synthetic is None:
         raise InputError("--reuse keeps the sets of --synthetic FOLDER: give --synthetic, or drop --reuse")
     if args.seeds is None:
@@ -234,7 +120,7 @@ def bench_store(store: str, args: argparse.Namespace, *, fit_seed: int | None = 
         print(f"random forest: eoscale fit --config {args.forest_config} {shlex.join(forest_extra)} …")
         forest = fit_forest(store, Path(tmp), config=args.forest_config, extra=seeded + forest_extra)
         print(f"  val mIoU {forest['val_miou']:.3f}, accuracy {forest['val_accuracy']:.3f}")
-        extra = seeded + shlex.split(args.fit_args)
+        extra = ([] if fit_seed is None else network_seed_args(fit_seed)) + shlex.split(args.fit_args)
         print(f"network: eoscale fit --config {args.config} {shlex.join(extra)} for {args.minutes:g} min …")
         network = fit_network(store, Path(tmp), config=args.config, extra=extra, minutes=args.minutes,
                               batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
@@ -261,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.bench.record import record
 
     seeds = _check(args)
+    if args.scene is not None:
+        from eoscale.bench import learning_scene
+
+        return learning_scene.run(args, seeds)
     if args.synthetic is None:
         from eoscale.data import read_store_attrs
 

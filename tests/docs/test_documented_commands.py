@@ -90,6 +90,11 @@ BLOCKS: dict[tuple[str, str], object] = {
         PARSE("a store, scene and reference raster of the reader's"),
     ("docs/how-to/imbalanced.md", "eoscale bench learning runs/tiles.zarr --minutes 10 --label default"):
         PARSE("benchmarks of 10 CPU minutes a model"),
+    ("docs/how-to/real-scenes.md", "gdalbuildvrt -separate scene.vrt landsat_b2.tif landsat_b3.tif landsat_b4.tif "
+                                   "landsat_b5.tif"): SKIP("GDAL, not an eoscale command"),
+    ("docs/how-to/real-scenes.md", "eoscale bench learning --scene scene.vrt --band-names B02,B03,B04,B08 --labels "
+                                   "labels.tif --classes classes.csv \\"):
+        PARSE("a real scene of the reader's; fits of minutes a model and seed"),
     ("docs/how-to/landsat.md", "eoscale ingest --scenes 'landsat/LC09_L2SP_*' --labels 'worldcover/*.tif' "
                                "--output runs/landsat.zarr"): PARSE(REAL),
     ("docs/how-to/landsat.md", "eoscale ingest --scenes 'S2*.SAFE' 'landsat/LC09_*' --band-map "

@@ -109,7 +109,8 @@ def test_bench_learning_seeds_of_the_fits_on_a_store(store, tmp_path, monkeypatc
     assert figures["seeds_of"] == "fits" and [r["store"] for r in figures["runs"]] == [os.path.abspath(store)] * 2
     forest, network = calls[2][2], calls[3][2]  # the second seed's fits
     assert forest[:2] == ["--seed_everything", "4"] and forest[-2:] == ["--model.init_args.seed", "4"]
-    assert network[:2] == ["--seed_everything", "4"]
+    # the network's weights and tiles' order too: seed_everything alone trained the same network each seed
+    assert network[:6] == ["--seed_everything", "4", "--model.init_args.init_seed", "4", "--data.init_args.seed", "4"]
 
 
 def test_missed_classes_names_those_without_a_warning():

@@ -1,0 +1,335 @@
+"""`eoscale bench learning --scene SCENE --labels LABELS --classes CSV`: which model for this real scene?
+
+A real labelled scene is cut in two halves (`--hold-out south`: the north half trains, the south half is mapped and
+scored; or `north`, `east`, `west`). The train half is ingested with its labels as a user would (`eoscale ingest`,
+tiles of `--tile-size`, split train/val 0.8/0.2, so the val blocks of the train half choose what needs choosing); then, each through the
+user's commands, the forest (`eoscale fit --config configs/forest.yaml`) and the network (`--config`, a CPU budget
+of `--minutes`, as `eoscale bench learning STORE` fits it) are fitted, and each maps both halves
+(`eoscale predict --probabilities`). Scored on every valid pixel of the held-out half:
+
+- `forest` and `network`: the two checkpoints' maps;
+- `stack`: the mixture `w · forest + (1 − w) · network` of their class probabilities, `w` (0, 0.1, …, 1) chosen by
+  val mIoU on the val blocks of the train half, never on the held-out half;
+- `pixel_forest` and `means_forest`: scikit-learn random forests (200 trees) on the pixels of the train half, on the
+  band values and on the band values with their 5 and 15 px means (the baselines of issue 49);
+- `stack_means`: the stack of the network and a means forest fitted without the val tiles' pixels, its weight chosen
+  on them likewise.
+
+A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again.
+
+    eoscale bench learning --scene zion.vrt --band-names B02,B03,B04,B08 --labels labels_nlcd2011.tif \\
+        --classes classes.csv --hold-out south --minutes 3 --seeds 0,1 --label default
+
+mIoU is over the classes present in the held-out half's labels (`eoscale.models.metrics.confusion_miou`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HOLD_OUTS = ("south", "north", "east", "west")
+WEIGHTS = tuple(round(w, 1) for w in np.linspace(0, 1, 11))  # the forest's share in the stack
+MEANS_PX = (5, 15)  # the windows of the means forest's neighbourhood features
+BASELINE_TREES = 200
+BASELINE_PIXELS = 200_000  # pixels the scikit-learn baselines are fitted on, drawn from the train half
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The options of the real-scene mode, added to `eoscale bench learning`'s parser."""
+    from eoscale.paths import Paths
+
+    parser.add_argument("--scene", action=Paths, metavar="RASTER", default=None,
+                        help="instead of STORE: one real scene (a multi-band GeoTIFF or VRT, e.g. 'gdalbuildvrt "
+                        "-separate scene.vrt b2.tif b3.tif …'), cut in a train half and a held-out half")
+    parser.add_argument("--labels", action=Paths, metavar="RASTER", default=None,
+                        help="with --scene: its label raster (class codes, any CRS)")
+    parser.add_argument("--classes", action=Paths, metavar="CSV", default=None,
+                        help="with --scene: the class table (code,name[,color])")
+    parser.add_argument("--band-names", default=None, metavar="B02,B03,…",
+                        help="with --scene: names of its bands if the file carries no band descriptions")
+    parser.add_argument("--hold-out", choices=HOLD_OUTS, default="south",
+                        help="with --scene: the half mapped and scored; the other one trains (default: south)")
+    parser.add_argument("--work", action=Paths, metavar="FOLDER", default=None,
+                        help="with --scene: keep the halves, store, fits and maps in FOLDER (default: a temporary "
+                        "folder, removed at the end)")
+
+
+def _check_scene_args(args: argparse.Namespace) -> None:
+    from eoscale.errors import InputError
+
+    if args.labels is None or args.classes is None:
+        raise InputError("--scene needs --labels RASTER and --classes CSV (the label raster and its class table)")
+    for option, path in (("--scene", args.scene), ("--labels", args.labels), ("--classes", args.classes)):
+        if not Path(path).is_file():
+            raise InputError(f"{option} {path!r}: no such file")
+
+
+def halves(scene: str, labels: str, hold_out: str, folder: Path, *,
+           band_names: list[str] | None) -> dict[str, np.ndarray]:
+    """`train.tif` and `test.tif` in `folder` (the scene's two halves, its dtype and nodata, bands named); returned:
+    the label codes on each half's grid (`train`, `test`: nearest neighbour, NaN where the labels say nothing) and
+    `train_valid`, `test_valid`: the pixels with data in every band and a label."""
+    import rasterio
+    from rasterio.warp import Resampling, reproject
+    from rasterio.windows import Window
+
+    from eoscale.errors import InputError
+
+    with rasterio.open(scene) as src:
+        names = band_names or [d for d in src.descriptions if d]
+        if len(names) != src.count:
+            raise InputError(f"--scene {scene!r} has {src.count} bands and {len(names)} band names: give "
+                             "--band-names with one name a band (e.g. B02,B03,B04,B08)")
+        height, width = src.height, src.width
+        rows = height // 2 if hold_out in ("south", "north") else height
+        cols = width // 2 if hold_out in ("east", "west") else width
+        first = Window(0, 0, cols, rows)
+        second = Window(width - cols if cols < width else 0, height - rows if rows < height else 0,
+                        width - cols if cols < width else width, height - rows if rows < height else height)
+        windows = {"train": first, "test": second} if hold_out in ("south", "east") else {"train": second,
+                                                                                          "test": first}
+        out = {}
+        for part, window in windows.items():
+            data = src.read(window=window)
+            valid = ~np.any([data[i] == src.nodata for i in range(src.count)], axis=0) if src.nodata is not None \
+                else np.ones(data.shape[1:], bool)
+            transform = src.window_transform(window)
+            profile = {**src.profile, "driver": "GTiff", "height": data.shape[1], "width": data.shape[2],
+                       "transform": transform, "compress": "deflate", "tiled": False}
+            profile.pop("blockxsize", None), profile.pop("blockysize", None)
+            with rasterio.open(folder / f"{part}.tif", "w", **profile) as dst:
+                dst.write(data)
+                for i, name in enumerate(names, start=1):
+                    dst.set_band_description(i, name)
+            with rasterio.open(labels) as lab:
+                codes = np.zeros(data.shape[1:], dtype=np.float64)
+                reproject(rasterio.band(lab, 1), codes, dst_transform=transform, dst_crs=src.crs,
+                          dst_nodata=np.nan, resampling=Resampling.nearest)
+                if lab.nodata is not None:
+                    codes[codes == lab.nodata] = np.nan
+            out[part] = codes
+            out[f"{part}_valid"] = valid & np.isfinite(codes)
+    return out
+
+
+def class_indices(codes: np.ndarray, valid: np.ndarray, table) -> np.ndarray:
+    """Class indices of the label codes (`IGNORE_INDEX` where not valid or not in the table)."""
+    from eoscale.classes import IGNORE_INDEX
+
+    index = np.full(codes.shape, IGNORE_INDEX, dtype=np.int64)
+    for i, code in enumerate(table.codes):
+        index[valid & (codes == code)] = i
+    return index
+
+
+def score(truth: np.ndarray, predicted: np.ndarray, names: list[str]) -> dict:
+    """Overall accuracy, mIoU (over the classes in `truth`) and per-class IoU on the pixels `truth` labels."""
+    from eoscale.classes import IGNORE_INDEX
+    from eoscale.models.metrics import confusion_iou, confusion_matrix, confusion_miou
+
+    keep = truth != IGNORE_INDEX
+    confusion = confusion_matrix(truth[keep], predicted[keep], len(names))
+    iou = confusion_iou(confusion)
+    return {"accuracy": float(np.trace(confusion) / max(confusion.sum(), 1)), "miou": confusion_miou(confusion),
+            "iou": {n: None if np.isnan(v) else float(v) for n, v in zip(names, iou, strict=True)},
+            "pixels": int(confusion.sum())}
+
+
+def probabilities(checkpoint: Path, scene: Path, output: Path) -> np.ndarray:
+    """`eoscale predict --probabilities` of `scene`: every class's probability, (classes, height, width)."""
+    import shutil
+
+    import rasterio
+
+    shutil.rmtree(output, ignore_errors=True)  # the maps of an earlier run in the work folder
+    argv = [sys.executable, "-m", "eoscale", "predict", "--checkpoint", str(checkpoint), "--input", str(scene),
+            "--output", str(output), "--probabilities", "--device", "cpu", "--no-progress"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} failed:\n{done.stderr[-3000:]}")
+    with rasterio.open(next(output.rglob("*_probabilities.tif"))) as src:
+        return src.read().astype(np.float32) * src.scales[0]
+
+
+def pixel_forest(train: np.ndarray, truth: np.ndarray, images: list[np.ndarray], *, nodata, means: tuple[int, ...],
+                 classes: int, seed: int) -> tuple[list[np.ndarray], float]:
+    """A scikit-learn random forest on the band values (and their means over `means` px windows) of up to
+    `BASELINE_PIXELS` labelled pixels of `train` (`truth`: their class indices): its class probabilities
+    `(classes, height, width)` on each of `images` (0 where they have no data), and its fitting seconds."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    from eoscale.classes import IGNORE_INDEX
+
+    train_x, train_valid = _pixel_features(train, nodata, means)
+    labelled = np.flatnonzero(train_valid.ravel() & (truth.ravel() != IGNORE_INDEX))
+    picked = np.random.default_rng(seed).choice(labelled, min(BASELINE_PIXELS, labelled.size), replace=False)
+    started = time.perf_counter()
+    forest = RandomForestClassifier(BASELINE_TREES, n_jobs=1, random_state=seed)
+    forest.fit(train_x[picked], truth.ravel()[picked])
+    seconds = time.perf_counter() - started
+    mapped = []
+    for image in images:
+        x, valid = _pixel_features(image, nodata, means)
+        proba = np.zeros((valid.size, classes), dtype=np.float32)
+        proba[np.ix_(valid.ravel(), forest.classes_)] = forest.predict_proba(x[valid.ravel()])
+        mapped.append(proba.T.reshape(classes, *valid.shape))
+    return mapped, seconds
+
+
+def _pixel_features(image: np.ndarray, nodata, means: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.ndimage import uniform_filter
+
+    valid = np.ones(image.shape[1:], bool) if nodata is None else ~np.any(image == nodata, axis=0)
+    bands = [b.astype(np.float32) for b in image]
+    features = list(bands)
+    for size in means:  # the mean of the valid pixels in the window
+        weight = np.maximum(uniform_filter(valid.astype(np.float32), size, mode="constant"), 1e-6)
+        features += [uniform_filter(np.where(valid, b, 0), size, mode="constant") / weight for b in bands]
+    return np.stack(features, axis=-1).reshape(-1, len(features)), valid
+
+
+def val_mask(store: str, shape: tuple[int, int]) -> np.ndarray:
+    """The pixels of the train half in the store's val tiles: where the stack's weight is chosen."""
+    import xarray as xr
+
+    from eoscale.store.schema import COL_OFF, ROW_OFF, SPLIT, SPLITS
+
+    tiles = xr.open_zarr(store, consolidated=False)
+    size = tiles.sizes["y"]
+    mask = np.zeros(shape, bool)
+    for split, row, col in zip(tiles[SPLIT].values, tiles[ROW_OFF].values, tiles[COL_OFF].values, strict=True):
+        if SPLITS[int(split)] == "val":
+            mask[row:row + size, col:col + size] = True
+    return mask
+
+
+def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
+    """Every model of the module's docstring fitted on the train half of `args.scene` (seeded `seed`) and scored on
+    its held-out half; the halves and the store are made once in `work`, each seed's fits in `work/seed<N>`."""
+    import rasterio
+
+    from eoscale.bench.learning_fits import _checkpoint, fit_forest, fit_network, network_seed_args
+    from eoscale.classes import IGNORE_INDEX, ClassTable
+    from eoscale.ingest import ingest
+
+    table = ClassTable.load(args.classes)
+    names = [c.name for c in table.classes]
+    store = work / f"train-{args.tile_size}px.zarr"
+    band_names = args.band_names.split(",") if args.band_names else None
+    cut = halves(args.scene, args.labels, args.hold_out, work, band_names=band_names)
+    if not (store / "zarr.json").exists():
+        ingest([str(work / "train.tif")], store, labels=[str(args.labels)], classes=args.classes,
+               split=(0.8, 0.2, 0.0), tile_size=args.tile_size, workers=1, progress=False)
+    truth = {part: class_indices(cut[part], cut[f"{part}_valid"], table) for part in ("train", "test")}
+    val = np.where(val_mask(str(store), truth["train"].shape), truth["train"], IGNORE_INDEX)
+    runs = work / f"seed{seed}"
+    seeded = ["--seed_everything", str(seed)]
+    forest = _once(runs / "forest.json", lambda: fit_forest(
+        str(store), runs, config=args.forest_config,
+        extra=seeded + ["--model.init_args.seed", str(seed)] + shlex.split(args.forest_args)))
+    network = _once(runs / "network.json", lambda: fit_network(
+        str(store), runs, config=args.config, extra=network_seed_args(seed) + shlex.split(args.fit_args),
+        minutes=args.minutes,
+        batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
+        validate_every=args.validate_every))
+    mapped = {}
+    for model, root in (("forest", runs / "forest"), ("network", runs / "fit")):
+        checkpoint = _checkpoint(root)
+        mapped[model] = {part: probabilities(checkpoint, work / f"{part}.tif", runs / f"maps-{model}-{part}")
+                         for part in ("train", "test")}
+    weight, by_weight = choose_weight(mapped, val, names)
+    result = {"seed": seed,
+              "forest": {**score(truth["test"], mapped["forest"]["test"].argmax(0), names),
+                         "fit_seconds": forest["wall_seconds"]},
+              "network": {**score(truth["test"], mapped["network"]["test"].argmax(0), names),
+                          **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")}},
+              "stack": {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
+                        "val_miou_by_weight": by_weight}}
+    with rasterio.open(work / "train.tif") as src:
+        train_image, nodata = src.read(), src.nodata
+    with rasterio.open(work / "test.tif") as src:
+        test_image = src.read()
+    for model, means in (("pixel_forest", ()), ("means_forest", MEANS_PX)):  # the baselines: every labelled pixel
+        (test,), seconds = pixel_forest(train_image, truth["train"], [test_image], nodata=nodata, means=means,
+                                        classes=len(names), seed=seed)
+        result[model] = {**score(truth["test"], test.argmax(0), names), "fit_seconds": seconds}
+    # the means forest beside the network: fitted without the val tiles' pixels, which choose its weight
+    unseen = np.where(val == IGNORE_INDEX, truth["train"], IGNORE_INDEX)
+    (train, test), _ = pixel_forest(train_image, unseen, [train_image, test_image], nodata=nodata, means=MEANS_PX,
+                                    classes=len(names), seed=seed)
+    mapped["forest"] = {"train": train, "test": test}
+    weight, by_weight = choose_weight(mapped, val, names)
+    result["stack_means"] = {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
+                             "val_miou_by_weight": by_weight}
+    forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
+    result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in ("network", "stack", "stack_means")}
+    return result
+
+
+def _once(done: Path, fit) -> dict:
+    """`fit()`'s figures, kept in `done`: a seed's fit that finished in the work folder is not fitted again."""
+    import json
+
+    if done.is_file():
+        return json.loads(done.read_text())
+    figures = fit()
+    done.write_text(json.dumps(figures, default=str))
+    return figures
+
+
+def choose_weight(mapped: dict, val: np.ndarray, names: list[str]) -> tuple[float, dict[float, float]]:
+    """The forest's weight in the stack: the one of `WEIGHTS` whose mixture maps the val tiles of the train half
+    (`val`: their class indices, `IGNORE_INDEX` elsewhere) best by mIoU, ties to the more even mixture; and the val
+    mIoU of each weight. Only the train half's maps are read: the held-out half chooses nothing."""
+    by_weight = {w: score(val, _mix(mapped, "train", w), names)["miou"] for w in WEIGHTS}
+    return max(by_weight, key=lambda w: (by_weight[w], -abs(w - 0.5))), by_weight
+
+
+def _mix(mapped: dict, part: str, weight: float) -> np.ndarray:
+    return (weight * mapped["forest"][part] + (1 - weight) * mapped["network"][part]).argmax(0)
+
+
+MODELS = ("pixel_forest", "means_forest", "forest", "network", "stack", "stack_means")
+
+
+def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
+    """Every seed's fits on the scene, a table of the held-out half's mIoU (mean and spread over the seeds), and
+    the record (`benchmarks/learning_scene.json`)."""
+    import os
+    import tempfile
+
+    from eoscale.bench.record import record
+
+    _check_scene_args(args)
+    seeds = seeds or [0]
+    with tempfile.TemporaryDirectory(prefix="eoscale-bench-scene-") as scratch:
+        work = Path(args.work) if args.work else Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        results = []
+        for seed in seeds:
+            print(f"seed {seed}: {args.scene}, held-out half {args.hold_out} …")
+            results.append(bench_scene(args, work, seed=seed))
+            print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in MODELS))
+    summary = {m: {"miou_mean": float(np.mean([r[m]["miou"] for r in results])),
+                   "miou_std": float(np.std([r[m]["miou"] for r in results])),
+                   "accuracy_mean": float(np.mean([r[m]["accuracy"] for r in results]))} for m in MODELS}
+    best_forest = max(("pixel_forest", "means_forest", "forest"), key=lambda m: summary[m]["miou_mean"])
+    print(f"{'model':<14} {'test mIoU':>16} {'accuracy':>9}   (held-out {args.hold_out} half, {len(seeds)} seed(s))")
+    for m in MODELS:
+        s = summary[m]
+        print(f"{m:<14} {s['miou_mean']:>9.3f} ± {s['miou_std']:.3f} {s['accuracy_mean']:>9.3f}")
+    for m in ("network", "stack", "stack_means"):
+        print(f"{m} - best forest ({best_forest}): {summary[m]['miou_mean'] - summary[best_forest]['miou_mean']:+.3f}")
+    figures = {"label": args.label, "scene": os.path.abspath(args.scene), "labels": os.path.abspath(args.labels),
+               "hold_out": args.hold_out, "minutes": args.minutes, "config": args.config, "fit_args": args.fit_args,
+               "seeds": seeds, "runs": results, "summary": summary, "best_forest": best_forest}
+    if args.record:
+        print(f"recorded in {record('learning_scene', figures, directory=args.record, seeds={'fits': seeds})}")
+    return 0

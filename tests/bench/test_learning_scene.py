@@ -1,0 +1,132 @@
+"""`eoscale bench learning --scene`: the halves of a real scene, the pixels scored, the baselines' features and the
+stack's mixture, on small seeded rasters (no fitting)."""
+
+import argparse
+
+import numpy as np
+import pytest
+import rasterio
+from affine import Affine
+
+from eoscale.bench import learning_scene
+from eoscale.classes import IGNORE_INDEX
+
+GRID = Affine(30.0, 0.0, 300_000.0, 0.0, -30.0, 4_150_000.0)
+
+
+def _write(path, data, *, nodata, crs="EPSG:32612", transform=GRID, descriptions=None):
+    profile = {"driver": "GTiff", "height": data.shape[1], "width": data.shape[2], "count": data.shape[0],
+               "dtype": data.dtype, "crs": crs, "transform": transform, "nodata": nodata}
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(data)
+        for i, text in enumerate(descriptions or [], start=1):
+            dst.set_band_description(i, text)
+    return str(path)
+
+
+def _scene(tmp_path, height=10, width=8):
+    rng = np.random.default_rng(0)
+    image = rng.integers(100, 1000, (2, height, width)).astype(np.uint16)
+    image[:, 0, 0] = 65535  # a nodata pixel in the north half
+    image[:, height - 1, width - 1] = 65535  # and one in the south half
+    codes = (np.arange(height * width).reshape(1, height, width) % 3 + 1).astype(np.uint8) * 10  # codes 10, 20, 30
+    codes[0, 1, 1] = 255  # an unlabelled pixel
+    scene = _write(tmp_path / "scene.tif", image, nodata=65535)
+    labels = _write(tmp_path / "labels.tif", codes, nodata=255)
+    return image, codes[0], scene, labels
+
+
+@pytest.mark.parametrize("hold_out", ["south", "north", "east", "west"])
+def test_the_halves_hold_the_scene_and_its_labels_on_their_grid(tmp_path, hold_out):
+    # guards: a half off by a row or column, its labels read from the other half, or nodata counted as labelled
+    image, codes, scene, labels = _scene(tmp_path)
+    cut = learning_scene.halves(scene, labels, hold_out, tmp_path, band_names=["B02", "B03"])
+    rows = {"south": (slice(0, 5), slice(5, 10)), "north": (slice(5, 10), slice(0, 5))}
+    cols = {"east": (slice(0, 4), slice(4, 8)), "west": (slice(4, 8), slice(0, 4))}
+    for part, index in zip(("train", "test"), range(2), strict=True):
+        window = (rows[hold_out][index], slice(None)) if hold_out in rows else (slice(None), cols[hold_out][index])
+        with rasterio.open(tmp_path / f"{part}.tif") as src:
+            np.testing.assert_array_equal(src.read(), image[(slice(None), *window)])
+            assert src.descriptions == ("B02", "B03")
+            assert src.transform == GRID @ Affine.translation(window[1].start or 0, window[0].start or 0)
+        valid = cut[f"{part}_valid"]
+        expected_valid = (image[(0, *window)] != 65535) & (codes[window] != 255)
+        np.testing.assert_array_equal(valid, expected_valid)
+        np.testing.assert_array_equal(cut[part][valid], codes[window][valid])
+
+
+def test_labels_on_another_grid_are_read_onto_the_half(tmp_path):
+    # guards: a label raster of another grid taken pixel for pixel instead of being warped onto the half
+    image, codes, scene, _ = _scene(tmp_path)
+    shifted = GRID @ Affine.translation(-2, 0)  # two columns more on the west: the same ground, other indices
+    wider = np.zeros((1, 10, 10), np.uint8)
+    wider[0, :, 2:] = codes
+    labels = _write(tmp_path / "wider.tif", wider, nodata=255, transform=shifted)
+    cut = learning_scene.halves(scene, labels, "south", tmp_path, band_names=["B02", "B03"])
+    valid = cut["train_valid"]
+    np.testing.assert_array_equal(cut["train"][valid], codes[:5][valid])
+
+
+def test_band_names_are_needed_when_the_scene_has_no_descriptions(tmp_path):
+    from eoscale.errors import InputError
+
+    _, _, scene, labels = _scene(tmp_path)
+    with pytest.raises(InputError, match="--band-names"):
+        learning_scene.halves(scene, labels, "south", tmp_path, band_names=None)
+
+
+def test_scores_count_labelled_pixels_only_and_miou_over_the_classes_in_the_truth():
+    truth = np.array([[0, 0, 1, IGNORE_INDEX]])
+    predicted = np.array([[0, 1, 1, 2]])
+    scored = learning_scene.score(truth, predicted, ["a", "b", "c"])
+    assert scored["pixels"] == 3 and scored["accuracy"] == pytest.approx(2 / 3)
+    assert scored["iou"] == {"a": 0.5, "b": 0.5, "c": None}  # c: neither in the truth nor mapped where labelled
+    assert scored["miou"] == pytest.approx(0.5)
+
+
+def test_the_means_features_leave_nodata_out():
+    # guards: a window's mean pulled towards the nodata value (65535) at the scene's edge
+    image = np.full((1, 5, 5), 100, np.uint16)
+    image[0, 0, :] = 65535
+    features, valid = learning_scene._pixel_features(image, 65535, (3,))
+    assert not valid[0].any() and valid[1:].all()
+    np.testing.assert_allclose(features.reshape(5, 5, 2)[1:, :, 1], 100, rtol=1e-5)
+
+
+def test_the_stack_mixes_the_probabilities_by_the_forest_weight():
+    forest = np.array([[[0.9]], [[0.1]]])  # (classes, 1, 1): the forest says class 0
+    network = np.array([[[0.2]], [[0.8]]])  # the network class 1
+    mapped = {"forest": {"test": forest}, "network": {"test": network}}
+    assert learning_scene._mix(mapped, "test", 1.0).item() == 0
+    assert learning_scene._mix(mapped, "test", 0.0).item() == 1
+    assert learning_scene._mix(mapped, "test", 0.4).item() == 1  # 0.4·0.9 + 0.6·0.2 = 0.48 < 0.52
+
+
+def test_a_scene_needs_its_labels_and_classes(tmp_path):
+    from eoscale.errors import InputError
+
+    args = argparse.Namespace(scene=str(tmp_path / "s.tif"), labels=None, classes=None)
+    with pytest.raises(InputError, match="--labels"):
+        learning_scene._check_scene_args(args)
+
+
+def test_the_baseline_forest_puts_each_class_in_its_own_row():
+    # guards: probabilities of a forest that never saw a class (here index 1) shifted onto the wrong classes' rows
+    image = np.zeros((1, 4, 6), np.uint16)
+    image[0, :, 3:] = 500
+    truth = np.where(image[0] == 500, 2, 0)
+    (mapped,), _ = learning_scene.pixel_forest(image, truth, [image], nodata=65535, means=(), classes=3, seed=0)
+    assert mapped.shape == (3, 4, 6)
+    assert (mapped[1] == 0).all()
+    np.testing.assert_array_equal(mapped.argmax(0), truth)
+
+
+def test_the_stack_weight_is_chosen_on_the_train_half_only():
+    # guards: the weight chosen on the held-out half (tuning on the test): here the held-out half would want the
+    # network alone (w = 0), the val tiles of the train half want the forest alone (w = 1)
+    truth = np.array([[0, 1]])
+    right, wrong = np.array([[[0.9, 0.1]], [[0.1, 0.9]]]), np.array([[[0.1, 0.9]], [[0.9, 0.1]]])
+    mapped = {"forest": {"train": right, "test": wrong}, "network": {"train": wrong, "test": right}}
+    weight, by_weight = learning_scene.choose_weight(mapped, truth, ["a", "b"])
+    assert by_weight[1.0] == 1.0 and by_weight[0.0] == 0.0
+    assert weight == 0.6  # the most even of the mixtures that map the val tiles right (0.6 to 1)
