@@ -243,31 +243,65 @@ def with_other_sensors(refs: list[Scene], pairs: list[dict[str, tuple[Scene, flo
     return out
 
 
-def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse") -> list[Scene]:
-    """`predict` of a checkpoint of several sensors (`groups`: its contract's `SensorGroup`s, the reference sensor
-    first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
-    an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
-    trained with, or no scene of its reference sensor, is one line; a sensor missing over a scene is refused in one
-    line, or (`missing="dropout"`) read as nodata."""
+def blank_scene(grid: Scene, sensor: str, bands: list[str], folder: Path) -> Scene:
+    """A scene of `sensor` with no data anywhere on `grid`'s grid (its `bands` a file of nodata, `missing_file`): the
+    reference of a place that no scene of the reference sensor sees, mapped from the other sensors alone (`predict
+    --missing-sensor dropout`: the reference sensor's channels read 0, as a dropped sensor). It keeps `grid`'s id and
+    date, so the map is named after the scene it is the grid of."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = fused_file(folder, grid, sensor)
+    if not path.exists():
+        missing_file(grid, sensor, bands, path)
+    return Scene(id=grid.id, bands=tuple(BandFile(name, str(path), i + 1) for i, name in enumerate(bands)),
+                 crs=grid.crs, transform=grid.transform, width=grid.width, height=grid.height, nodata=grid.nodata,
+                 sensor=sensor, date=grid.date)
+
+
+def check_trained(scenes: list[Scene], groups) -> list[str]:
+    """The sensors the checkpoint (`groups`: its contract's `SensorGroup`s) was trained on, a DEM's aside; a scene of
+    another sensor, or a DEM given as a scene, is refused in one line."""
+    trained = [g.name for g in groups if g.name != COPDEM]
+    foreign = [name for name in sensors_in_order(scenes) if name not in trained]
+    if foreign:
+        raise InputError(f"the checkpoint was trained on {', '.join(trained)} and was given {foreign[0]} scenes: "
+                         f"leave them out, or use a checkpoint trained with {foreign[0]}")
+    split_by_sensor(scenes, groups[0].name)  # a DEM among the scenes: one line
+    return trained
+
+
+def work_folder() -> Path:
+    """A temporary folder for the warped files of one `predict`, removed when the process exits."""
     import atexit
     import shutil
     import tempfile
 
-    reference = groups[0].name
-    trained = [g.name for g in groups if g.name != COPDEM]
-    given = sensors_in_order(scenes)
-    foreign = [name for name in given if name not in trained]
-    if foreign:
-        raise InputError(f"the checkpoint was trained on {', '.join(trained)} and was given {foreign[0]} scenes: "
-                         f"leave them out, or use a checkpoint trained with {foreign[0]}")
-    refs, others = split_by_sensor(scenes, reference)
-    if not refs:
-        raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
-                         f"({reference}); give them with --scenes or --stac")
-    others = {name: others.get(name, []) for name in trained[1:]}
-    pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)
     folder = Path(tempfile.mkdtemp(prefix="eoscale-fused-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse") -> list[Scene]:
+    """`predict` of a checkpoint of several sensors (`groups`: its contract's `SensorGroup`s, the reference sensor
+    first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
+    an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
+    trained with is one line; a sensor missing over a scene is refused in one line, or (`missing="dropout"`) read as
+    nodata. Without a scene of the reference sensor at all (a cloudy season seen by radar only), each scene of the
+    next sensor is mapped on its own grid with the reference sensor's channels read as nodata (`missing="dropout"`),
+    else refused in one line naming that option."""
+    reference = groups[0].name
+    trained = check_trained(scenes, groups)
+    refs, others = split_by_sensor(scenes, reference)
+    folder = work_folder()
+    bands = {g.name: list(g.bands) for g in groups}
+    if not refs:
+        if missing != "dropout" or len(trained) < 2 or not others.get(trained[1]):
+            raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
+                             f"({reference}); give them with --scenes or --stac, or map the other sensors' scenes "
+                             f"without them with --missing-sensor dropout (its channels read 0, as a dropped sensor)")
+        # each scene of the next sensor is the grid of a place no reference scene sees
+        refs = [blank_scene(s, reference, bands[reference], folder / "blank") for s in others[trained[1]]]
+    others = {name: others.get(name, []) for name in trained[1:]}
+    pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)
     return with_other_sensors(refs, pairs, folder, bands={g.name: list(g.bands) for g in groups[1:]})
 
 
@@ -284,6 +318,6 @@ def sensors_record(scene: Scene) -> list[dict]:
     return groups
 
 
-__all__ = ["MISSING_SENSOR", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
+__all__ = ["MISSING_SENSOR", "blank_scene", "check_trained", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
            "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor",
-           "with_other_sensors", "write_fused"]
+           "with_other_sensors", "work_folder", "write_fused"]
