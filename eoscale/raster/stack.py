@@ -9,7 +9,9 @@ maps a stack unchanged. `StackReader` reads each date with its own
 `SceneReader` (its own files, masks and nodata: a SAFE product's SCL is its own date's) and says where each date
 holds data: `predict` sets a date's pixels where it holds none to the band mean, as training does, and the map's
 pixels are valid where every date is (`require="all"`: a change needs both dates) or where any is
-(`require="any"`: a season with a cloudy date still maps).
+(`require="any"`: a season with a cloudy date still maps). A date of several sensors (`eoscale.raster.fused_season`)
+says where each of its sensors holds data (`MaskedWindow.groups`, date by date): a sensor without a scene on a date is
+absent there, the others present.
 """
 
 from __future__ import annotations
@@ -60,14 +62,7 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
     place and date)."""
     if require not in REQUIRE:
         raise InputError(f"require={require!r}: expected one of {', '.join(REQUIRE)}")
-    for scene in scenes:
-        if scene.date is None:
-            raise InputError(
-                f"scene {scene.id!r} ({scene.paths[0] if scene.paths else '?'}) states no acquisition date in its "
-                f"metadata, and a model of {steps} dates needs each scene's: give products with dates (SAFE, Landsat "
-                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag (a TIFFTAG_DATETIME is when the file "
-                f"was written, not taken for one)"
-            )
+    check_dated(scenes, steps)
     stacks = []
     for place in group_scenes(scenes, group_by="footprint"):  # ingest's rule: shifted grids of one place are one
         group = [scenes[m] for m in place.members]
@@ -87,6 +82,18 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
             raise InputError(f"the scenes of one place ({ids}) come from different sensors: give one sensor's scenes")
         stacks.append(_stack(group, require))
     return stacks
+
+
+def check_dated(scenes: list[Scene], steps: int) -> None:
+    """Refuse, in one line, a scene without an acquisition date for a model of `steps` dates."""
+    for scene in scenes:
+        if scene.date is None:
+            raise InputError(
+                f"scene {scene.id!r} ({scene.paths[0] if scene.paths else '?'}) states no acquisition date in its "
+                f"metadata, and a model of {steps} dates needs each scene's: give products with dates (SAFE, Landsat "
+                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag (a TIFFTAG_DATETIME is when the file "
+                f"was written, not taken for one)"
+            )
 
 
 def _stack(group: list[Scene], require: str) -> SceneStack:
@@ -132,7 +139,16 @@ class StackReader:
         blocks = [r.read_masked(row_off, col_off, height, width) for r in self._readers]
         date_valid = np.stack([b.valid for b in blocks])
         valid = date_valid.all(0) if self.scene.require == "all" else date_valid.any(0)
-        return StackWindow(np.concatenate([b.pixels for b in blocks]), ~valid, np.zeros_like(valid), date_valid=date_valid)
+        pixels = np.concatenate([b.pixels for b in blocks])
+        if not any(b.others for b in blocks):
+            return StackWindow(pixels, ~valid, np.zeros_like(valid), date_valid=date_valid)
+        # dates of several sensors: every date's groups, each where it holds no data, on the stack's channels (the
+        # stack's own group is empty: `MaskedWindow.groups`)
+        per_date = self.scene.bands_per_date
+        groups = tuple((tuple(range(k * per_date, (k + 1) * per_date)) if bands is None else
+                        tuple(k * per_date + b for b in bands), missing)
+                       for k, block in enumerate(blocks) for bands, missing in block.groups())
+        return StackWindow(pixels, ~valid, np.zeros_like(valid), others=groups, date_valid=date_valid)
 
 
 def open_reader(scene: Scene) -> SceneReader | StackReader:
