@@ -13,6 +13,7 @@ import inspect
 import torch
 from torch import Tensor, nn
 
+from eoscale.errors import InputError
 from eoscale.models.temporal import NO_DATE  # the loader's marker of an unknown date
 
 EPOCH = dt.date(1970, 1, 1)
@@ -49,3 +50,27 @@ def for_stack(network: nn.Module, dates: list[dt.date | None]) -> nn.Module:
     if not takes_dates(network):
         return network
     return DatedStack(network, dates, NO_DATE).to(next(network.parameters()).device)
+
+
+def trained_composite(contract) -> int | str | None:
+    """The composite interval (days, or "monthly") the checkpoint's steps were made of, where its contract records its
+    input spec (`BandContract.input_spec`, a sensor's `timeline` of kind "calendar"); None: the scenes' own dates, or a
+    contract that does not say (written before input specs: its store's `--composite` is not in the checkpoint)."""
+    spec = getattr(contract, "input_spec", None) or {}
+    for sensor in spec.get("sensors") or ():
+        timeline = sensor.get("timeline") or {}
+        if timeline.get("kind") == "calendar":
+            return timeline.get("interval")
+    return None
+
+
+def check_timeline(contract, *, what: str = "checkpoint") -> None:
+    """Refuse, in one line, raw scenes for a model of composite steps: `predict` maps each date of a place as a step
+    (`eoscale.raster.fused_season`), and does not yet take the medians of each interval that such a model was fitted
+    on."""
+    interval = trained_composite(contract)
+    if interval is not None:
+        every = "monthly" if interval == "monthly" else f"{interval}d"
+        raise InputError(f"{what} was fitted on composites of its scenes (ingest --composite {every}) and predict maps "
+                         f"each raw scene as one date: compositing at predict is not supported yet; use a checkpoint "
+                         f"fitted on a season ingested without --composite")
