@@ -9,40 +9,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
-import torch
 from affine import Affine
 
-from eoscale.bands import SENTINEL2_NAMES
 from eoscale.cli import main
-from eoscale.contract import CONTRACT_KEY, BandContract
 from eoscale.raster.sources import open_scene
 from eoscale.raster.stack import StackReader, stack_scenes
 from eoscale.store import schema
 from eoscale.store.open import open_store
 from eoscale.synth import synthesize
-from tests.checkpoints import MEAN, STD, TABLE, TILE
+from tests.checkpoints import TILE, make_season_checkpoint
 
 SIZE = 64
 SHIFTS = ((0, 0), (3, -2), (-4, 5))  # (columns, rows) each date's grid lies from the first's
-
-
-def season_checkpoint(path: Path, *, time_steps: int, bands: tuple[str, ...] = tuple(SENTINEL2_NAMES),
-                      mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD, sensors=None) -> Path:
-    """A U-TAE checkpoint of `time_steps` dates as `eoscale fit` writes it (untrained: a fixed seed's weights)."""
-    from eoscale.train.tasks.temporal import TemporalSegmentationTask
-
-    task = TemporalSegmentationTask("utae", backbone="test_resnet", in_chans=len(bands), num_classes=len(TABLE),
-                                    img_size=TILE, decoder_channels=8, time_steps=time_steps,
-                                    backbone_kwargs={"n_head": 2, "d_k": 4, "d_model": 16, "out_indices": [1, 2]})
-    torch.manual_seed(0)
-    network = task.configure_models()
-    contract = BandContract(bands, mean, std, TILE, tuple(TABLE.to_records()), time_steps=time_steps,
-                            **({"sensor": "sentinel-2", "sensors": sensors} if sensors else {}))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"epoch": 0, "global_step": 1, "pytorch-lightning_version": "2.6.6",
-                "state_dict": {f"model.{k}": v for k, v in network.state_dict().items()},
-                "hyper_parameters": dict(task.hparams), CONTRACT_KEY: contract.to_dict()}, path)
-    return path
 
 
 def _shifted(source: Path, target: Path, columns: int, rows: int) -> None:
@@ -118,7 +96,7 @@ def test_a_shifted_series_ingests_and_predicts_on_the_reference_grid(series, tmp
                  str(tmp_path / "season.zarr"), "--tile-size", str(TILE), "--workers", "1", "-q"]) == 0
     store = open_store(tmp_path / "season.zarr")
     assert store.sizes[schema.TIME] == 3 and len(np.unique(store[schema.SCENE].values)) == 1
-    checkpoint = season_checkpoint(tmp_path / "season.ckpt", time_steps=3)
+    checkpoint = make_season_checkpoint(tmp_path / "season.ckpt", time_steps=3)
     for name in ("shifted", "aligned"):
         assert main(["predict", "--checkpoint", str(checkpoint), "--input", *map(str, series[name]), "--output",
                      str(tmp_path / name), "--window", str(TILE), "--device", "cpu", "--no-progress"]) == 0
