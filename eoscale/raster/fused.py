@@ -269,6 +269,11 @@ def check_trained(scenes: list[Scene], groups) -> list[str]:
     return trained
 
 
+def unseen(refs: list[Scene], scenes: list[Scene]) -> list[Scene]:
+    """The `scenes` (another sensor's) that no reference scene overlaps at all: places only they see."""
+    return [s for s in scenes if not any(overlap(ref, s) > 0 for ref in refs)]
+
+
 def work_folder() -> Path:
     """A temporary folder for the warped files of one `predict`, removed when the process exits."""
     import atexit
@@ -285,21 +290,21 @@ def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse
     first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
     an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
     trained with is one line; a sensor missing over a scene is refused in one line, or (`missing="dropout"`) read as
-    nodata. Without a scene of the reference sensor at all (a cloudy season seen by radar only), each scene of the
-    next sensor is mapped on its own grid with the reference sensor's channels read as nodata (`missing="dropout"`),
-    else refused in one line naming that option."""
+    nodata. A scene of the next sensor that no reference scene overlaps (a place seen by radar only: a cloudy season)
+    is mapped on its own grid, the reference sensor's channels read as nodata (`missing="dropout"`), else refused in
+    one line naming that option."""
     reference = groups[0].name
     trained = check_trained(scenes, groups)
     refs, others = split_by_sensor(scenes, reference)
+    if not refs and not any(others.values()):
+        raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
+                         f"({reference}); give them with --scenes or --stac")
     folder = work_folder()
-    bands = {g.name: list(g.bands) for g in groups}
-    if not refs:
-        if missing != "dropout" or len(trained) < 2 or not others.get(trained[1]):
-            raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
-                             f"({reference}); give them with --scenes or --stac, or map the other sensors' scenes "
-                             f"without them with --missing-sensor dropout (its channels read 0, as a dropped sensor)")
-        # each scene of the next sensor is the grid of a place no reference scene sees
-        refs = [blank_scene(s, reference, bands[reference], folder / "blank") for s in others[trained[1]]]
+    # the next sensor's scenes that no reference scene overlaps: each mapped on its own grid (a place seen by radar only)
+    lonely = unseen(refs, others.get(trained[1], []) if len(trained) > 1 else [])
+    if lonely and missing != "dropout":
+        raise InputError(missing_message(lonely[0], reference, given=bool(refs), dropout=True))
+    refs += [blank_scene(s, reference, list(groups[0].bands), folder / "blank") for s in lonely]
     others = {name: others.get(name, []) for name in trained[1:]}
     pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)
     return with_other_sensors(refs, pairs, folder, bands={g.name: list(g.bands) for g in groups[1:]})
@@ -319,5 +324,5 @@ def sensors_record(scene: Scene) -> list[dict]:
 
 
 __all__ = ["MISSING_SENSOR", "blank_scene", "check_trained", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
-           "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor",
+           "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor", "unseen",
            "with_other_sensors", "work_folder", "write_fused"]

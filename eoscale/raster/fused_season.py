@@ -1,10 +1,11 @@
 """A place's raw scenes of several sensors and dates as the time steps of one season, for `predict` of a checkpoint of
 several sensors and dates.
 
-The scenes of every sensor are grouped into places by the one rule of ingest and predict (`eoscale.raster.places`:
-overlapping footprints). A place's grid is its earliest scene of the reference sensor (the checkpoint's first group:
-the optical one), or, where no such scene sees the place (a cloudy season seen by radar only, `--missing-sensor
-dropout`), its earliest scene. Its time steps are the dates of all its scenes, one step a date (ingest's timeline of a
+The reference sensor's scenes (the checkpoint's first group: the optical one) are grouped into places by the one rule
+of ingest and predict (`eoscale.raster.places`: overlapping footprints), and each other sensor's scene joins every
+place whose grid it overlaps, as a single date is fused (`eoscale.raster.fused`); the scenes no reference scene
+overlaps (a cloudy season seen by radar only, `--missing-sensor dropout`) are places of their own, by the same rule.
+A place's grid is its earliest scene of the reference sensor, else its earliest scene. Its time steps are the dates of all its scenes, one step a date (ingest's timeline of a
 season of several sensors without `--composite`): each step holds every sensor's bands (`eoscale.raster.fused`), a
 sensor's own scene of that date read onto the place's grid with its own masks, a sensor without a scene that day as a
 file of nodata, so its group is absent on that step (`MaskedWindow.groups`: predict zeroes it, as training's presence
@@ -28,6 +29,7 @@ from eoscale.raster.fused import (
     check_trained,
     missing_message,
     overlap,
+    unseen,
     with_other_sensors,
     work_folder,
 )
@@ -47,8 +49,7 @@ def season_steps(scenes: list[Scene], groups, steps: int, *, missing: str = "ref
     folder = folder or work_folder()
     bands = {g.name: list(g.bands) for g in groups}
     out = []
-    for place in group_scenes(scenes, group_by="footprint"):
-        members = [scenes[m] for m in place.members]  # earliest first
+    for members in places(scenes, reference):
         grid = next((s for s in members if s.sensor == reference), members[0])
         absent = [name for name in trained if not any(s.sensor == name for s in members)]
         if absent and missing != "dropout":
@@ -58,6 +59,21 @@ def season_steps(scenes: list[Scene], groups, steps: int, *, missing: str = "ref
             out.append(_step(grid, [s for s in members if s.date == date], date, trained, bands,
                              folder / grid.id / date.isoformat()))
     return out
+
+
+def places(scenes: list[Scene], reference: str) -> list[list[Scene]]:
+    """The places of `scenes`, each its scenes earliest first: the reference sensor's scenes grouped by the one rule
+    (`eoscale.raster.places`), each with every other sensor's scene that overlaps its grid (as a single date is fused:
+    `eoscale.raster.fused.choose`; a radar swath over two tiles is in both), then the places of the other scenes that
+    overlap none, grouped by the same rule."""
+    refs = [s for s in scenes if s.sensor == reference]
+    out = [[refs[m] for m in group.members] for group in group_scenes(refs, group_by="footprint")]
+    rest = [s for s in scenes if s.sensor != reference]
+    for members in out:
+        members += [s for s in rest if overlap(members[0], s) > 0]
+    lonely = unseen(refs, rest)
+    out += [[lonely[m] for m in group.members] for group in group_scenes(lonely, group_by="footprint")]
+    return [sorted(members, key=lambda s: s.date) for members in out]
 
 
 def _step(grid: Scene, seen: list[Scene], date: dt.date, trained: list[str], bands: dict[str, list[str]],

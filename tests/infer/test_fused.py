@@ -162,7 +162,7 @@ def test_a_place_seen_only_by_radar_maps_with_dropout_and_is_refused_without(pla
     out = tmp_path / "refused"
     assert _predict(fused_checkpoint, out, radar) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--missing-sensor dropout" in err and "no sentinel-2 scene" in err, err
+    assert len(err.splitlines()) == 1 and "--missing-sensor dropout" in err and "has no sentinel-2 data" in err, err
     assert not out.exists()
 
     assert _predict(fused_checkpoint, tmp_path / "radar", radar, extra=("--missing-sensor", "dropout")) == 0
