@@ -31,7 +31,8 @@ import numpy as np
 
 from eoscale.errors import InputError, InputNotFoundError
 
-# the grouping rule moved to the raster layer, shared with predict; its names are still importable from here
+# the composite calendar and the grouping rule moved to the raster layer, shared with predict; still importable here
+from eoscale.raster.composite import composite_starts
 from eoscale.raster.places import GROUP_BY, MIN_OVERLAP, footprint_overlap, group_scenes, on_grid, same_grid  # noqa: F401
 from eoscale.raster.scene import Scene, parse_date
 
@@ -190,23 +191,6 @@ def series_windows(places: list[Place], window_valid: list[np.ndarray], *, max_d
             raise InputError(f"place {place.id!r} holds only nodata (clouds or masks) on every date: leave it out")
         combined.append(np.max([fractions[j] for j in used], axis=0))
     return places, combined
-
-
-def composite_starts(first: dt.date, last: dt.date, composite: int | str) -> list[dt.date]:
-    """The first days of the composite intervals from `first` through `last`: calendar months, or `composite` days
-    from `first` on."""
-    starts = []
-    if composite == "monthly":
-        day = first.replace(day=1)
-        while day <= last:
-            starts.append(day)
-            day = (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-        return starts
-    day = first
-    while day <= last:
-        starts.append(day)
-        day += dt.timedelta(days=int(composite))
-    return starts
 
 
 def time_steps(places: list[Place]) -> int:

@@ -9,7 +9,6 @@ composites, its clear observations (`observations`: scenes with data over the ti
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,9 @@ from eoscale.ingest.series import Place
 from eoscale.ingest.stats import band_histograms
 from eoscale.ingest.targets import load_scene_targets
 from eoscale.ingest.writer import _runs, write_and_mark
+from eoscale.raster.composite import (
+    median_of_clear as _median,  # the reducer predict composites raw scenes with
+)
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.store import schema
 
@@ -98,14 +100,3 @@ def write_series_shard(
     write_and_mark(store, progress, shard, images, labels, values, valid_fraction, num_classes, histograms, masked,
                    **extra)
     return n
-
-
-def _median(stack: list[tuple[np.ndarray, np.ndarray]], nodata: int) -> tuple[np.ndarray, np.ndarray]:
-    """The per-pixel median of the clear observations (tile, band, y, x), and where any was clear."""
-    values = np.stack([np.where(clear[:, None], pixels.astype(np.float32), np.nan) for pixels, clear in stack])
-    clear = np.stack([c for _, c in stack]).any(axis=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN pixels: no clear observation, set below
-        median = np.nanmedian(values, axis=0)
-    out = np.where(clear[:, None], np.rint(np.nan_to_num(median, nan=nodata)), nodata)
-    return out.clip(0, 65535).astype(np.uint16), clear
