@@ -32,6 +32,7 @@ from rasterio.warp import transform_bounds
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
+from eoscale.raster.places import grid_share
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.scene import BandFile, Scene
 from eoscale.sensors import SENSORS, get_sensor
@@ -74,11 +75,7 @@ def split_by_sensor(scenes: list[Scene], reference: str) -> tuple[list[Scene], d
 
 def overlap(reference: Scene, other: Scene) -> float:
     """The share of `reference`'s footprint (its bounds) that `other`'s bounds cover, in `reference`'s CRS."""
-    left, bottom, right, top = reference.bounds
-    o_left, o_bottom, o_right, o_top = transform_bounds(other.crs, reference.crs, *other.bounds, densify_pts=21)
-    width = max(0.0, min(right, o_right) - max(left, o_left))
-    height = max(0.0, min(top, o_top) - max(bottom, o_bottom))
-    return float(width * height / max((right - left) * (top - bottom), 1e-12))
+    return grid_share(reference, other)
 
 
 def _days(reference: Scene, other: Scene) -> int | None:

@@ -4,7 +4,9 @@ several dates).
 `group_by` says how scenes are put together: `footprint` (the default) puts scenes whose footprints overlap by more than
 `MIN_OVERLAP` of the smaller one together (a Landsat series whose grids are shifted from scene to scene is one place),
 `grid` only scenes on the identical grid (CRS, transform, size), `all` every scene into one place; a place a scene is
-given by name (ingest's dates CSV) overrides. A place's scenes are in date order, and its reference grid is its
+given by name (ingest's dates CSV) overrides. In a season of several sensors the reference sensor's scenes are grouped so,
+and a scene of another sensor is a place's where it covers more than `MIN_SHARE` of the place's grid (`grid_share`). A
+place's scenes are in date order, and its reference grid is its
 earliest scene's: the other scenes are read onto it through GDAL's warper (`eoscale.raster.reader` warps a scene whose
 files are not on its grid), each with its own masks, so a pixel without data on a date is nodata on that date.
 """
@@ -21,6 +23,7 @@ from eoscale.raster.scene import Scene
 
 GROUP_BY = ("footprint", "grid", "all")
 MIN_OVERLAP = 0.5  # --group-by footprint: the share of the smaller footprint two scenes of one place share
+MIN_SHARE = 0.5  # a scene of another sensor is a place's when it covers more than this share of the place's grid
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,15 @@ def footprint_overlap(a: Scene, b: Scene) -> float:
         return 0.0
     smaller = min((right - left) * (top - bottom), (b_right - b_left) * (b_top - b_bottom))
     return width * height / smaller if smaller > 0 else 0.0
+
+
+def grid_share(grid: Scene, other: Scene) -> float:
+    """The share of `grid`'s footprint (its bounds) that `other`'s bounds cover, in `grid`'s CRS."""
+    left, bottom, right, top = grid.bounds
+    o_left, o_bottom, o_right, o_top = transform_bounds(other.crs, grid.crs, *other.bounds, densify_pts=21)
+    width = max(0.0, min(right, o_right) - max(left, o_left))
+    height = max(0.0, min(top, o_top) - max(bottom, o_bottom))
+    return float(width * height / max((right - left) * (top - bottom), 1e-12))
 
 
 def same_grid(a: Scene, b: Scene) -> bool:
@@ -99,4 +111,5 @@ def _crs_name(scene: Scene) -> str:
     return f"EPSG:{epsg}" if epsg else scene.crs.to_string()[:40]
 
 
-__all__ = ["GROUP_BY", "MIN_OVERLAP", "SceneGroup", "footprint_overlap", "group_scenes", "on_grid", "same_grid"]
+__all__ = ["GROUP_BY", "MIN_OVERLAP", "MIN_SHARE", "SceneGroup", "footprint_overlap", "grid_share", "group_scenes",
+           "on_grid", "same_grid"]
