@@ -56,7 +56,7 @@ from eoscale.infer.outputs import (
     writer_for,
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
-from eoscale.infer.stacked import check_timeline
+from eoscale.infer.stacked import trained_composite
 from eoscale.infer.windows import Span, WindowGrid, check_window
 from eoscale.raster.float_optical import with_input_scale
 from eoscale.raster.fused import predict_other_sensors
@@ -221,10 +221,9 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
               f"the scene onto that store's scale first, or train on a store ingested from float scenes with --scale")
     opened = [with_input_scale(s, model.contract.input_scale, advice=advice) for s in opened]
     steps = model.contract.time_steps
-    if steps > 1:  # a model of composites is refused until predict composites raw scenes
-        check_timeline(model.contract, what=f"checkpoint {str(config.checkpoint or config.model)!r}")
-    if several and steps > 1:  # each place's dates of every sensor as steps of all its sensors' bands (raster.fused_season)
-        opened = season_steps(opened, groups, steps, missing=config.missing_sensor)
+    composite = trained_composite(model.contract) if steps > 1 else None  # a model fitted on composites of its dates
+    if steps > 1 and (several or composite is not None):  # each place's steps of all its sensors (raster.fused_season)
+        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite)
     elif several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
         opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:

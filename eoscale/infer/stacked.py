@@ -13,7 +13,6 @@ import inspect
 import torch
 from torch import Tensor, nn
 
-from eoscale.errors import InputError
 from eoscale.models.temporal import NO_DATE  # the loader's marker of an unknown date
 
 EPOCH = dt.date(1970, 1, 1)
@@ -62,15 +61,3 @@ def trained_composite(contract) -> int | str | None:
         if timeline.get("kind") == "calendar":
             return timeline.get("interval")
     return None
-
-
-def check_timeline(contract, *, what: str = "checkpoint") -> None:
-    """Refuse, in one line, raw scenes for a model of composite steps: `predict` maps each date of a place as a step
-    (`eoscale.raster.fused_season`), and does not yet take the medians of each interval that such a model was fitted
-    on."""
-    interval = trained_composite(contract)
-    if interval is not None:
-        every = "monthly" if interval == "monthly" else f"{interval}d"
-        raise InputError(f"{what} was fitted on composites of its scenes (ingest --composite {every}) and predict maps "
-                         f"each raw scene as one date: compositing at predict is not supported yet; use a checkpoint "
-                         f"fitted on a season ingested without --composite")

@@ -1,8 +1,7 @@
 """`predict` of a place from its raw Sentinel-2 and Sentinel-1 scenes, each sensor on its own dates, with a checkpoint
 of both sensors and several dates (`eoscale.raster.fused_season`): one stack a place whose steps are the union of the
 sensors' dates, each sensor present on its own dates only and absent (its channels 0) on the others; a place seen only
-by radar maps with `--missing-sensor dropout` and is refused in one line without it; a checkpoint of composites is
-refused in one line."""
+by radar maps with `--missing-sensor dropout` and is refused in one line without it."""
 
 from __future__ import annotations
 
@@ -17,10 +16,7 @@ from rio_cogeo.cogeo import cog_validate
 
 from eoscale.bands import SENTINEL2_NAMES
 from eoscale.cli import main
-from eoscale.contract import BandContract
-from eoscale.errors import InputError
 from eoscale.infer.predict import read_strip
-from eoscale.infer.stacked import check_timeline
 from eoscale.infer.windows import WindowGrid
 from eoscale.raster.fused_season import season_steps
 from eoscale.raster.reader import SceneReader
@@ -149,14 +145,3 @@ def test_a_season_seen_only_by_radar_maps_with_dropout_and_is_refused_without(se
         assert (src.crs, src.transform) == (first.crs, first.transform)
         mapped = src.read(1, masked=True)
     assert seen.any() and (~mapped.mask == seen).all()  # classes wherever a radar date sees the ground, only there
-
-
-def test_a_checkpoint_of_composites_is_refused_in_one_line():
-    # guards: a model fitted on 16-day medians given raw dates, silently (the hook reads the contract's input spec)
-    contract = BandContract(("B02",), (0.0,), (1.0,), 32, (), time_steps=3)
-    check_timeline(contract)  # a contract that records no input spec: its scenes' own dates
-    object.__setattr__(contract, "input_spec", {"sensors": [{"name": "sentinel-2", "bands": ["B02"], "timeline": {
-        "kind": "calendar", "steps": 3, "interval": 16, "reducer": "median", "start": None}}]})
-    with pytest.raises(InputError, match="composites of its scenes \\(ingest --composite 16d\\)") as err:
-        check_timeline(contract, what="checkpoint 'x.ckpt'")
-    assert "\n" not in str(err.value)
