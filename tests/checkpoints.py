@@ -44,6 +44,27 @@ def make_checkpoint(path: Path, *, backbone: str = "test_resnet", bands: tuple[s
     return path
 
 
+def make_season_checkpoint(path: Path, *, time_steps: int, bands: tuple[str, ...] = SENTINEL2_NAMES,
+                           mean: tuple[float, ...] = MEAN, std: tuple[float, ...] = STD,
+                           sensors: list[dict] | None = None) -> Path:
+    """A U-TAE checkpoint of `time_steps` dates (of several sensors where `sensors` lists their groups, the reference
+    first), as `eoscale fit` writes it; untrained: a fixed seed's weights."""
+    from eoscale.train.tasks.temporal import TemporalSegmentationTask
+
+    task = TemporalSegmentationTask("utae", backbone="test_resnet", in_chans=len(bands), num_classes=len(TABLE),
+                                    img_size=TILE, decoder_channels=8, time_steps=time_steps,
+                                    backbone_kwargs={"n_head": 2, "d_k": 4, "d_model": 16, "out_indices": [1, 2]})
+    torch.manual_seed(0)
+    network = task.configure_models()
+    contract = BandContract(tuple(bands), tuple(mean), tuple(std), TILE, tuple(TABLE.to_records()),
+                            time_steps=time_steps, **({"sensor": sensors[0]["name"], "sensors": sensors} if sensors else {}))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"epoch": 0, "global_step": 1, "pytorch-lightning_version": "2.6.6",
+                "state_dict": {f"model.{k}": v for k, v in network.state_dict().items()},
+                "hyper_parameters": dict(task.hparams), CONTRACT_KEY: contract.to_dict()}, path)
+    return path
+
+
 def make_adapted_checkpoint(root: Path, *, mean_shift: float = 0.0) -> tuple[Path, torch.nn.Module, dict]:
     """A ViT checkpoint in `<root>/exp/run/checkpoints/` and LoRA adapter 'alps' in `<root>/adapters/`, as a LoRA fit
     writes them: LoRA on qkv/proj and the head changed (so the adapter's map differs from the checkpoint's), and its

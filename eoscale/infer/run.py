@@ -56,9 +56,11 @@ from eoscale.infer.outputs import (
     writer_for,
 )
 from eoscale.infer.predict import handoff, predict_blocks, reading_threads
+from eoscale.infer.stacked import trained_composite
 from eoscale.infer.windows import AxisGrid, Span, WindowGrid, check_window
 from eoscale.raster.float_optical import with_input_scale
 from eoscale.raster.fused import predict_other_sensors
+from eoscale.raster.fused_season import season_steps
 from eoscale.raster.pixel_area import pixel_area_m2, row_areas_m2
 from eoscale.raster.reader import gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
@@ -218,7 +220,11 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     advice = (f"checkpoint {str(config.checkpoint or config.model)!r} was trained on a store of integer scenes: convert "
               f"the scene onto that store's scale first, or train on a store ingested from float scenes with --scale")
     opened = [with_input_scale(s, model.contract.input_scale, advice=advice) for s in opened]
-    if several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
+    steps = model.contract.time_steps
+    composite = trained_composite(model.contract) if steps > 1 else None  # a model fitted on composites of its dates
+    if steps > 1 and (several or composite is not None):  # each place's steps of all its sensors (raster.fused_season)
+        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite)
+    elif several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
         opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:
         extra = sorted({s.sensor for s in opened} - {model.contract.sensor})
@@ -228,7 +234,6 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
         opened = predict_static_layers(opened, config.static, statics, accept_datum=config.dem_datum)
         band_map = {**band_map, **{n: n for n in statics}} if band_map else band_map
     scenes = [model.scene_bands(scene, band_map) for scene in opened]
-    steps = model.contract.time_steps
     if steps > 1:  # the dated scenes of each place as one stack: a change map needs both dates, a season any
         scenes = stack_scenes(scenes, steps, require="all" if model.contract.target == "change" else "any")
     ids = [s.id for s in scenes]

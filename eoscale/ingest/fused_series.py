@@ -37,14 +37,14 @@ from pathlib import Path
 
 from eoscale.errors import InputError
 from eoscale.ingest.series import Place, date_scenes, group_places, read_dates_csv
-from eoscale.raster.fused import overlap, reference_sensor, sensors_in_order, split_by_sensor, write_fused
+from eoscale.raster.fused import reference_sensor, sensors_in_order, split_by_sensor, write_fused
+from eoscale.raster.places import MIN_SHARE, grid_share
 from eoscale.raster.scene import BandFile, Scene
 from eoscale.raster.sources import check_one_sensor
 from eoscale.sensors import get_sensor
 from eoscale.sensors.sentinel1 import SENTINEL1
 
 FOLDER = "fused"  # under the ingest's progress folder, as a single-date fused ingest's
-MIN_SHARE = 0.5  # the share of a place's grid a scene of another sensor must cover to be the place's
 
 
 def plan_fused_places(scenes: list[Scene], reference: str | None, *, group_by: str, dates_csv: str | None
@@ -67,7 +67,7 @@ def plan_fused_places(scenes: list[Scene], reference: str | None, *, group_by: s
         members = list(zip(place.scenes, place.dates, strict=True))
         chosen: dict[str, list[str]] = {}
         for sensor, candidates in dated.items():
-            mine = [s for s in candidates if overlap(place.grid, s) > MIN_SHARE]
+            mine = [s for s in candidates if grid_share(place.grid, s) > MIN_SHARE]
             if not mine:
                 title = get_sensor(sensor).title
                 raise InputError(f"place {place.id!r} has no {sensor} data: none of the {title} scenes given covers "

@@ -28,13 +28,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-from rasterio.warp import transform_bounds
 
 from eoscale.errors import InputError, InputNotFoundError
-from eoscale.raster.scene import Scene, parse_date
 
-GROUP_BY = ("footprint", "grid", "all")
-MIN_OVERLAP = 0.5  # --group-by footprint: the share of the smaller footprint two scenes of one place share
+# the composite calendar and the grouping rule moved to the raster layer, shared with predict; still importable here
+from eoscale.raster.composite import composite_starts
+from eoscale.raster.places import GROUP_BY, MIN_OVERLAP, footprint_overlap, group_scenes, on_grid, same_grid  # noqa: F401
+from eoscale.raster.scene import Scene, parse_date
 
 
 @dataclass(frozen=True)
@@ -124,74 +124,27 @@ def date_scenes(scenes: list[Scene], rows: list[tuple[str, dt.date, str | None]]
     return dated, places
 
 
-def _overlap(a: Scene, b: Scene) -> float:
-    """The share of the smaller footprint that `a` and `b` have in common (in `a`'s CRS)."""
-    left, bottom, right, top = a.bounds
-    try:
-        b_left, b_bottom, b_right, b_top = transform_bounds(b.crs, a.crs, *b.bounds, densify_pts=21)
-    except Exception:  # noqa: BLE001 - a footprint that does not project into the other CRS shares nothing
-        return 0.0
-    width, height = min(right, b_right) - max(left, b_left), min(top, b_top) - max(bottom, b_bottom)
-    if width <= 0 or height <= 0:
-        return 0.0
-    smaller = min((right - left) * (top - bottom), (b_right - b_left) * (b_top - b_bottom))
-    return width * height / smaller if smaller > 0 else 0.0
-
-
-def _same_grid(a: Scene, b: Scene) -> bool:
-    return a.crs == b.crs and a.transform.almost_equals(b.transform) and (a.width, a.height) == (b.width, b.height)
-
-
 def group_places(scenes: list[Scene], *, group_by: str = "footprint", dates_csv: str | None = None) -> list[Place]:
-    """The places of a time series, each with its scenes on its reference grid, sorted by date (see the module
-    docstring); without steps yet (`plan_steps`)."""
+    """The places of a time series, each with its scenes on its reference grid, sorted by date (the one grouping
+    rule of ingest and predict: `eoscale.raster.places`); without steps yet (`plan_steps`)."""
     if group_by not in GROUP_BY:
         raise InputError(f"--group-by {group_by!r}: choose one of {', '.join(GROUP_BY)}")
     rows = read_dates_csv(dates_csv) if dates_csv else []
     scenes, named = date_scenes(scenes, rows)
-    groups: dict[object, list[int]] = {}
-    explicit = set()
-    for i, scene in enumerate(scenes):
-        if named[i] is not None:
-            key: object = ("place", named[i])
-            explicit.add(key)
-        elif group_by == "all":
-            key = ("all",)
-            explicit.add(key)
-        elif group_by == "grid":
-            key = next((k for k, members in groups.items() if k[0] == "grid" and _same_grid(scenes[members[0]], scene)),
-                       ("grid", i))
-        else:
-            key = next((k for k, members in groups.items() if k[0] == "footprint" and
-                        any(_overlap(scenes[m], scene) > MIN_OVERLAP for m in members)), ("footprint", i))
-        groups.setdefault(key, []).append(i)
     places = []
-    for key, members in groups.items():
-        members = sorted(members, key=lambda m: (scenes[m].date, m))
-        reference = scenes[members[0]]
-        for m in members[1:]:
-            if key in explicit and _overlap(reference, scenes[m]) <= 0:
-                raise InputError(
-                    f"scene {scenes[m].id!r} ({_crs_name(scenes[m])}) does not overlap scene {reference.id!r} "
-                    f"({_crs_name(reference)}) of the same time series: give each place's scenes its own place in "
-                    f"--dates-csv, or leave out the scene that lies elsewhere")
+    for group in group_scenes(scenes, group_by=group_by, names=named):
+        members = group.members
         seen: dict[dt.date, str] = {}
         for m in members:
             if scenes[m].date in seen:
                 raise InputError(f"scenes {seen[scenes[m].date]!r} and {scenes[m].id!r} are of the same place and date "
                                  f"({scenes[m].date}): leave one of them out")
             seen[scenes[m].date] = scenes[m].id
-        name = key[1] if key[0] == "place" else reference.id
-        grid = replace(reference, id=str(name))
-        on_grid = tuple(replace(scenes[m], crs=grid.crs, transform=grid.transform, width=grid.width,
-                                height=grid.height) for m in members)
-        places.append(Place(id=str(name), grid=grid, scenes=on_grid, dates=tuple(scenes[m].date for m in members)))
+        name = group.name or scenes[members[0]].id
+        grid = replace(scenes[members[0]], id=str(name))
+        described = tuple(on_grid(scenes[m], grid) for m in members)
+        places.append(Place(id=str(name), grid=grid, scenes=described, dates=tuple(scenes[m].date for m in members)))
     return places
-
-
-def _crs_name(scene: Scene) -> str:
-    epsg = scene.crs.to_epsg()
-    return f"EPSG:{epsg}" if epsg else scene.crs.to_string()[:40]
 
 
 def plan_steps(places: list[Place], clear: list[np.ndarray], *, max_dates: int | None = None,
@@ -242,23 +195,6 @@ def series_windows(places: list[Place], window_valid: list[np.ndarray], *, max_d
             raise InputError(f"place {place.id!r} holds only nodata (clouds or masks) on every date: leave it out")
         combined.append(np.max([fractions[j] for j in used], axis=0))
     return places, combined
-
-
-def composite_starts(first: dt.date, last: dt.date, composite: int | str) -> list[dt.date]:
-    """The first days of the composite intervals from `first` through `last`: calendar months, or `composite` days
-    from `first` on."""
-    starts = []
-    if composite == "monthly":
-        day = first.replace(day=1)
-        while day <= last:
-            starts.append(day)
-            day = (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
-        return starts
-    day = first
-    while day <= last:
-        starts.append(day)
-        day += dt.timedelta(days=int(composite))
-    return starts
 
 
 def time_steps(places: list[Place]) -> int:

@@ -12,7 +12,6 @@ composites, its clear observations (`observations`: scenes with data over the ti
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +25,12 @@ from eoscale.ingest.series import Place
 from eoscale.ingest.stats import band_histograms
 from eoscale.ingest.targets import load_scene_targets
 from eoscale.ingest.writer import _runs, write_and_mark
+from eoscale.raster.composite import (
+    median_of_clear as _median,  # the reducer predict composites raw scenes with
+)
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.scene import Scene
-from eoscale.sensors.sentinel1 import SENTINEL1, STORE_AT_0_DB, STORE_PER_DB
+from eoscale.sensors.sentinel1 import SENTINEL1
 from eoscale.store import schema
 
 
@@ -167,20 +169,3 @@ def _histograms(images: np.ndarray, present: np.ndarray, valid: np.ndarray, grou
         return band_histograms(flat, parts[0][1])
     return np.concatenate([band_histograms(flat[:, channels], mask) for channels, mask in parts])
 
-
-def _median(stack: list[tuple[np.ndarray, np.ndarray]], nodata: int, *, power: bool = False
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """The per-pixel median of the clear observations (tile, band, y, x), and where any was clear; with `power`
-    (radar stored in dB, `eoscale.sensors.sentinel1.DB_STORE`), the median in linear power taken back to the store's
-    dB (the same as the dB's median for an odd number of observations, not for an even one)."""
-    values = np.stack([np.where(clear[:, None], pixels.astype(np.float64), np.nan) for pixels, clear in stack])
-    if power:  # store -> dB -> linear power
-        values = 10.0 ** ((values / STORE_PER_DB - STORE_AT_0_DB / STORE_PER_DB) / 10.0)
-    clear = np.stack([c for _, c in stack]).any(axis=0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN pixels: no clear observation, set below
-        median = np.nanmedian(values, axis=0)
-    if power:  # linear power -> dB -> store
-        median = 10.0 * np.log10(median) * STORE_PER_DB + STORE_AT_0_DB
-    out = np.where(clear[:, None], np.rint(np.nan_to_num(median, nan=nodata)), nodata)
-    return out.clip(0, 65535).astype(np.uint16), clear

@@ -32,6 +32,7 @@ from rasterio.warp import transform_bounds
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
+from eoscale.raster.places import grid_share
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.scene import BandFile, Scene
 from eoscale.sensors import SENSORS, get_sensor
@@ -74,11 +75,7 @@ def split_by_sensor(scenes: list[Scene], reference: str) -> tuple[list[Scene], d
 
 def overlap(reference: Scene, other: Scene) -> float:
     """The share of `reference`'s footprint (its bounds) that `other`'s bounds cover, in `reference`'s CRS."""
-    left, bottom, right, top = reference.bounds
-    o_left, o_bottom, o_right, o_top = transform_bounds(other.crs, reference.crs, *other.bounds, densify_pts=21)
-    width = max(0.0, min(right, o_right) - max(left, o_left))
-    height = max(0.0, min(top, o_top) - max(bottom, o_bottom))
-    return float(width * height / max((right - left) * (top - bottom), 1e-12))
+    return grid_share(reference, other)
 
 
 def _days(reference: Scene, other: Scene) -> int | None:
@@ -243,31 +240,70 @@ def with_other_sensors(refs: list[Scene], pairs: list[dict[str, tuple[Scene, flo
     return out
 
 
-def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse") -> list[Scene]:
-    """`predict` of a checkpoint of several sensors (`groups`: its contract's `SensorGroup`s, the reference sensor
-    first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
-    an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
-    trained with, or no scene of its reference sensor, is one line; a sensor missing over a scene is refused in one
-    line, or (`missing="dropout"`) read as nodata."""
+def blank_scene(grid: Scene, sensor: str, bands: list[str], folder: Path) -> Scene:
+    """A scene of `sensor` with no data anywhere on `grid`'s grid (its `bands` a file of nodata, `missing_file`): the
+    reference of a place that no scene of the reference sensor sees, mapped from the other sensors alone (`predict
+    --missing-sensor dropout`: the reference sensor's channels read 0, as a dropped sensor). It keeps `grid`'s id and
+    date, so the map is named after the scene it is the grid of."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = fused_file(folder, grid, sensor)
+    if not path.exists():
+        missing_file(grid, sensor, bands, path)
+    return Scene(id=grid.id, bands=tuple(BandFile(name, str(path), i + 1) for i, name in enumerate(bands)),
+                 crs=grid.crs, transform=grid.transform, width=grid.width, height=grid.height, nodata=grid.nodata,
+                 sensor=sensor, date=grid.date)
+
+
+def check_trained(scenes: list[Scene], groups) -> list[str]:
+    """The sensors the checkpoint (`groups`: its contract's `SensorGroup`s) was trained on, a DEM's aside; a scene of
+    another sensor, or a DEM given as a scene, is refused in one line."""
+    trained = [g.name for g in groups if g.name != COPDEM]
+    foreign = [name for name in sensors_in_order(scenes) if name not in trained]
+    if foreign:
+        raise InputError(f"the checkpoint was trained on {', '.join(trained)} and was given {foreign[0]} scenes: "
+                         f"leave them out, or use a checkpoint trained with {foreign[0]}")
+    split_by_sensor(scenes, groups[0].name)  # a DEM among the scenes: one line
+    return trained
+
+
+def unseen(refs: list[Scene], scenes: list[Scene]) -> list[Scene]:
+    """The `scenes` (another sensor's) that no reference scene overlaps at all: places only they see."""
+    return [s for s in scenes if not any(overlap(ref, s) > 0 for ref in refs)]
+
+
+def work_folder() -> Path:
+    """A temporary folder for the warped files of one `predict`, removed when the process exits."""
     import atexit
     import shutil
     import tempfile
 
-    reference = groups[0].name
-    trained = [g.name for g in groups if g.name != COPDEM]
-    given = sensors_in_order(scenes)
-    foreign = [name for name in given if name not in trained]
-    if foreign:
-        raise InputError(f"the checkpoint was trained on {', '.join(trained)} and was given {foreign[0]} scenes: "
-                         f"leave them out, or use a checkpoint trained with {foreign[0]}")
-    refs, others = split_by_sensor(scenes, reference)
-    if not refs:
-        raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
-                         f"({reference}); give them with --scenes or --stac")
-    others = {name: others.get(name, []) for name in trained[1:]}
-    pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)
     folder = Path(tempfile.mkdtemp(prefix="eoscale-fused-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse") -> list[Scene]:
+    """`predict` of a checkpoint of several sensors (`groups`: its contract's `SensorGroup`s, the reference sensor
+    first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
+    an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
+    trained with is one line; a sensor missing over a scene is refused in one line, or (`missing="dropout"`) read as
+    nodata. A scene of the next sensor that no reference scene overlaps (a place seen by radar only: a cloudy season)
+    is mapped on its own grid, the reference sensor's channels read as nodata (`missing="dropout"`), else refused in
+    one line naming that option."""
+    reference = groups[0].name
+    trained = check_trained(scenes, groups)
+    refs, others = split_by_sensor(scenes, reference)
+    if not refs and not any(others.values()):
+        raise InputError(f"no {reference} scene given: the checkpoint maps onto its reference sensor's scenes "
+                         f"({reference}); give them with --scenes or --stac")
+    folder = work_folder()
+    # the next sensor's scenes that no reference scene overlaps: each mapped on its own grid (a place seen by radar only)
+    lonely = unseen(refs, others.get(trained[1], []) if len(trained) > 1 else [])
+    if lonely and missing != "dropout":
+        raise InputError(missing_message(lonely[0], reference, given=bool(refs), dropout=True))
+    refs += [blank_scene(s, reference, list(groups[0].bands), folder / "blank") for s in lonely]
+    others = {name: others.get(name, []) for name in trained[1:]}
+    pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)
     return with_other_sensors(refs, pairs, folder, bands={g.name: list(g.bands) for g in groups[1:]})
 
 
@@ -284,6 +320,6 @@ def sensors_record(scene: Scene) -> list[dict]:
     return groups
 
 
-__all__ = ["MISSING_SENSOR", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
-           "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor",
-           "with_other_sensors", "write_fused"]
+__all__ = ["MISSING_SENSOR", "blank_scene", "check_trained", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
+           "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor", "unseen",
+           "with_other_sensors", "work_folder", "write_fused"]

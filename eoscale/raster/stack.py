@@ -1,24 +1,28 @@
 """Several dated scenes of one place read as one: the input of a model of two or more dates (change, a season).
 
-`stack_scenes` groups scenes by place (the same grid: CRS, transform and size) and orders each place's scenes by
-their acquisition date (from the product's metadata: `Scene.date`); a `SceneStack` is then one scene whose bands
-are every date's bands, date after date, on the first date's grid, so everything that maps a scene (windows,
-blending, the output writers, lineage) maps a stack unchanged. `StackReader` reads each date with its own
+`stack_scenes` groups scenes into places by ingest's rule (`eoscale.raster.places`: footprints that overlap, so a
+Landsat series whose grids shift from scene to scene is one place) and orders each place's scenes by their
+acquisition date (from the product's metadata: `Scene.date`); a `SceneStack` is then one scene whose bands are every
+date's bands, date after date, on the earliest date's grid (the place's reference grid, onto which GDAL's warper reads
+the other dates, as ingest does), so everything that maps a scene (windows, blending, the output writers, lineage)
+maps a stack unchanged. `StackReader` reads each date with its own
 `SceneReader` (its own files, masks and nodata: a SAFE product's SCL is its own date's) and says where each date
 holds data: `predict` sets a date's pixels where it holds none to the band mean, as training does, and the map's
 pixels are valid where every date is (`require="all"`: a change needs both dates) or where any is
-(`require="any"`: a season with a cloudy date still maps).
+(`require="any"`: a season with a cloudy date still maps). A date of several sensors (`eoscale.raster.fused_season`)
+says where each of its sensors holds data (`MaskedWindow.groups`, date by date): a sensor without a scene on a date is
+absent there, the others present.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from eoscale.errors import InputError
+from eoscale.raster.places import group_scenes, on_grid
 from eoscale.raster.reader import MaskedWindow, SceneReader
 from eoscale.raster.scene import Scene
 
@@ -58,19 +62,10 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
     place and date)."""
     if require not in REQUIRE:
         raise InputError(f"require={require!r}: expected one of {', '.join(REQUIRE)}")
-    places: dict[tuple, list[Scene]] = defaultdict(list)
-    for scene in scenes:
-        if scene.date is None:
-            raise InputError(
-                f"scene {scene.id!r} ({scene.paths[0] if scene.paths else '?'}) states no acquisition date in its "
-                f"metadata, and a model of {steps} dates needs each scene's: give products with dates (SAFE, Landsat "
-                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag (a TIFFTAG_DATETIME is when the file "
-                f"was written, not taken for one)"
-            )
-        places[_grid_key(scene)].append(scene)
+    check_dated(scenes, steps)
     stacks = []
-    for group in places.values():
-        group.sort(key=lambda s: s.date)
+    for place in group_scenes(scenes, group_by="footprint"):  # ingest's rule: shifted grids of one place are one
+        group = [scenes[m] for m in place.members]
         ids = ", ".join(f"{s.id} ({s.date})" for s in group)
         dates = [s.date for s in group]
         if len(set(dates)) != len(dates):
@@ -81,7 +76,7 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
             raise InputError(
                 f"the scenes of one place ({ids}) are {len(group)} date(s), and the model maps "
                 f"{steps if require == 'all' else f'at most {steps}'} dates at a time: give "
-                f"{steps if require == 'all' else f'up to {steps}'} scenes of each place on one grid"
+                f"{steps if require == 'all' else f'up to {steps}'} scenes of each place"
             )
         if len({s.sensor for s in group}) != 1:
             raise InputError(f"the scenes of one place ({ids}) come from different sensors: give one sensor's scenes")
@@ -89,16 +84,25 @@ def stack_scenes(scenes: list[Scene], steps: int, *, require: str = "all") -> li
     return stacks
 
 
+def check_dated(scenes: list[Scene], steps: int) -> None:
+    """Refuse, in one line, a scene without an acquisition date for a model of `steps` dates."""
+    for scene in scenes:
+        if scene.date is None:
+            raise InputError(
+                f"scene {scene.id!r} ({scene.paths[0] if scene.paths else '?'}) states no acquisition date in its "
+                f"metadata, and a model of {steps} dates needs each scene's: give products with dates (SAFE, Landsat "
+                f"MTL, STAC Items) or GeoTIFFs with an ACQUISITIONDATETIME tag (a TIFFTAG_DATETIME is when the file "
+                f"was written, not taken for one)"
+            )
+
+
 def _stack(group: list[Scene], require: str) -> SceneStack:
-    first = group[0]
+    first = group[0]  # the earliest date: the place's reference grid, onto which every date is read
+    group = [group[0], *(on_grid(s, first) for s in group[1:])]
     fields = {name: getattr(first, name) for name in Scene.__dataclass_fields__}
     fields.update(bands=tuple(b for s in group for b in s.bands), paths=tuple(p for s in group for p in s.paths),
                   class_mask=None, skipped=tuple(p for s in group for p in s.skipped))
     return SceneStack(**fields, steps=tuple(group), require=require)
-
-
-def _grid_key(scene: Scene) -> tuple:
-    return (scene.crs.to_wkt(), tuple(round(v, 6) for v in tuple(scene.transform)[:6]), scene.width, scene.height)
 
 
 class StackReader:
@@ -109,9 +113,8 @@ class StackReader:
         self._readers: list[SceneReader] = []
         try:
             for step in stack.steps:
-                # each date on the stack's grid, with its own files, masks and nodata
-                self._readers.append(SceneReader(replace(step, crs=stack.crs, transform=stack.transform,
-                                                         width=stack.width, height=stack.height)))
+                # each date on the stack's grid (its files warped onto it), with its own files, masks and nodata
+                self._readers.append(SceneReader(on_grid(step, stack)))
         except BaseException:
             self.close()
             raise
@@ -136,7 +139,16 @@ class StackReader:
         blocks = [r.read_masked(row_off, col_off, height, width) for r in self._readers]
         date_valid = np.stack([b.valid for b in blocks])
         valid = date_valid.all(0) if self.scene.require == "all" else date_valid.any(0)
-        return StackWindow(np.concatenate([b.pixels for b in blocks]), ~valid, np.zeros_like(valid), date_valid=date_valid)
+        pixels = np.concatenate([b.pixels for b in blocks])
+        if not any(b.others for b in blocks):
+            return StackWindow(pixels, ~valid, np.zeros_like(valid), date_valid=date_valid)
+        # dates of several sensors: every date's groups, each where it holds no data, on the stack's channels (the
+        # stack's own group is empty: `MaskedWindow.groups`)
+        per_date = self.scene.bands_per_date
+        groups = tuple((tuple(range(k * per_date, (k + 1) * per_date)) if bands is None else
+                        tuple(k * per_date + b for b in bands), missing)
+                       for k, block in enumerate(blocks) for bands, missing in block.groups())
+        return StackWindow(pixels, ~valid, np.zeros_like(valid), others=groups, date_valid=date_valid)
 
 
 def open_reader(scene: Scene) -> SceneReader | StackReader:

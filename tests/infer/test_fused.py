@@ -151,3 +151,42 @@ def test_a_served_model_zeroes_each_sensor_as_predict_does(place, fused_checkpoi
                                           local.windows.numpy())
             blanked += int((local.windows.numpy()[:, :10] == 0).all(axis=1).sum())
     assert blanked  # some pixels had no optical data: the optical channels were zeroed there
+
+
+def test_a_place_seen_only_by_radar_maps_with_dropout_and_is_refused_without(place, fused_checkpoint, tmp_path,
+                                                                             capsys):
+    """A cloudy season: no Sentinel-2 scene of the place at all. With `--missing-sensor dropout` each radar scene is
+    mapped on its own grid, the optical channels 0 everywhere (as a dropped sensor), the radar's as read; without it,
+    one line naming the option (guards: predict refused every radar-only place, dropout or not)."""
+    radar = place.sar_items[0].parent
+    out = tmp_path / "refused"
+    assert _predict(fused_checkpoint, out, radar) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--missing-sensor dropout" in err and "has no sentinel-2 data" in err, err
+    assert not out.exists()
+
+    assert _predict(fused_checkpoint, tmp_path / "radar", radar, extra=("--missing-sensor", "dropout")) == 0
+    s1 = open_scene(str(radar))
+    path = tmp_path / "radar" / f"{s1.id}_landcover.tif"
+    assert cog_validate(str(path), quiet=True)[0]
+    with SceneReader(s1) as reader:
+        seen = reader.read_masked(0, 0, s1.height, s1.width).valid
+    with rasterio.open(path) as src:
+        assert (src.crs, src.transform, src.shape) == (s1.crs, s1.transform, (s1.height, s1.width))
+        mapped = src.read(1, masked=True)
+    assert seen.any() and (~mapped.mask == seen).all()  # classes wherever the radar sees, and only there
+
+    groups = parse_groups(SENSORS, (*SENTINEL2_NAMES, *RADAR))
+    (alone,) = predict_other_sensors([s1], groups, missing="dropout")
+    assert alone.id == s1.id and alone.sensor == "sentinel-2" and alone.fused[0]["scene"] == s1.id
+    mean, scale = np.zeros((12, 1, 1), np.float32), np.ones((12, 1, 1), np.float32)  # the values as read
+    grid = WindowGrid.make(alone.height, alone.width, window=32, overlap=0.0)
+    with SceneReader(alone) as reader, SceneReader(s1) as own:
+        raw = own.read_masked(0, 0, s1.height, s1.width)
+        for row in range(grid.rows.count):
+            windows = read_strip(reader, grid, row, mean=mean, scale=scale).windows.numpy()
+            assert (windows[:, :10] == 0).all()  # the optical channels: absent everywhere
+            for k, window in enumerate(windows):
+                ys, xs = slice(row * 32, (row + 1) * 32), slice(k * 32, (k + 1) * 32)
+                want = np.where(raw.valid[ys, xs], raw.pixels[:, ys, xs], 0)
+                np.testing.assert_array_equal(window[10:], want)
