@@ -96,7 +96,6 @@ def test_the_loader_predict_and_serve_prepare_a_window_bit_for_bit_alike(case, r
     assert len(data.attrs[schema.ATTR_SCENES]) == 1  # every tile is of `scene`
     steps = contract.time_steps
     assert (steps > 1) == (case == "season") and (len(contract.sensor_groups()) > 1) == (case == "fused")
-    mean, scale = contract.normalisation(steps)
     grid = WindowGrid.make(scene.height, scene.width, window=TILE, overlap=0.0)
     served = _served(contract)
     compared = blanked = 0
@@ -114,10 +113,10 @@ def test_the_loader_predict_and_serve_prepare_a_window_bit_for_bit_alike(case, r
             loaded = dm.normalise(batch)
             loader = loaded["image"][0]
             # predict: the scene's (or stack's) strip of windows, normalised as the contract says
-            strip = read_strip(reader, grid, row // TILE, mean=mean, scale=scale)
+            strip = read_strip(reader, grid, row // TILE, spec=contract.spec())
             predicted = strip.windows[col // TILE]
             # serve: the raw window `predict --server` sends, its validity and (a season) its dates
-            raw = read_strip(reader, grid, row // TILE, mean=None, scale=None)
+            raw = read_strip(reader, grid, row // TILE, spec=None)
             window = raw.windows[col // TILE : col // TILE + 1].numpy().astype(np.uint16)
             valid = raw.valid[:, col : col + TILE][None]
             if steps > 1:
