@@ -47,7 +47,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from torch import Tensor, nn
 
 from eoscale.contract import BandContract
-from eoscale.errors import InputError
+from eoscale.errors import BandMismatchError, InputError
 from eoscale.infer.blend import SPARE_ROWS, RowAccumulator
 from eoscale.infer.config import Ramp
 from eoscale.infer.stacked import for_stack
@@ -186,6 +186,25 @@ def _runs(bands: tuple[int, ...]) -> list[slice]:
             out.append(slice(bands[start], bands[i - 1] + 1))
             start = i
     return out
+
+
+def check_scenes(contract: BandContract, scenes: Iterable[Scene], *, what: str = "the checkpoint") -> None:
+    """Refuse, in one line and before any map is written, scenes the checkpoint's input spec cannot be executed on:
+    a checkpoint trained on composites (the spec's calendar timeline) given raw scenes, and a season model (several
+    dates, not a change model) given one date of a place, which it would map as if the other dates were clouded."""
+    composite = contract.spec().composite
+    if composite is not None:
+        raise InputError(f"{what} was trained on {composite.interval} {composite.reducer} composites and predict maps "
+                         f"scenes as they are: fit on a store of the scenes' own dates (ingest --time-series without "
+                         f"--composite), or evaluate on a store ingested with --composite {composite.interval} "
+                         f"('eoscale predict --store')")
+    if contract.time_steps == 1 or contract.target == "change":
+        return  # a change pair is checked when it is stacked (both dates)
+    for scene in scenes:
+        if isinstance(scene, SceneStack) and len(scene.steps) < 2:
+            raise BandMismatchError(f"{what} is a season model of {contract.time_steps} dates and was given one date "
+                                    f"of place {scene.id!r}: give the place's dated scenes (2 to "
+                                    f"{contract.time_steps}), or map it with a single-date checkpoint")
 
 
 def reading_threads(device: torch.device) -> int:
