@@ -24,6 +24,7 @@ from eoscale.contract import BandContract
 from eoscale.data.datamodule import TileDataModule
 from eoscale.infer.predict import read_strip
 from eoscale.infer.windows import WindowGrid
+from eoscale.inputs.spec import SPEC_KEY, InputSpec
 from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.sources import open_scene
 from eoscale.raster.stack import SceneStack, open_reader, stack_scenes
@@ -96,6 +97,10 @@ def test_the_loader_predict_and_serve_prepare_a_window_bit_for_bit_alike(case, r
     assert len(data.attrs[schema.ATTR_SCENES]) == 1  # every tile is of `scene`
     steps = contract.time_steps
     assert (steps > 1) == (case == "season") and (len(contract.sensor_groups()) > 1) == (case == "fused")
+    # ingest recorded the spec (without statistics: the store's own attribute) and fit's contract carries it whole
+    recorded = InputSpec.from_dict(data.attrs[SPEC_KEY])
+    assert recorded.time_steps == steps and recorded.groups() == contract.sensor_groups() and not recorded.mean
+    assert contract.spec() == InputSpec.from_store_attrs(data.attrs) == dm.input_spec
     grid = WindowGrid.make(scene.height, scene.width, window=TILE, overlap=0.0)
     served = _served(contract)
     compared = blanked = 0

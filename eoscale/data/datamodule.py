@@ -78,9 +78,9 @@ from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
-from eoscale.sensors import recorded_sensor
 from eoscale.inputs.prepare import prepare, presence_from_nodata
 from eoscale.inputs.spec import InputSpec
+from eoscale.sensors import recorded_sensor
 from eoscale.sensors.groups import SensorGroup, as_record, groups_of, select_groups
 from eoscale.store import schema
 from eoscale.store.open import open_store, read_store_attrs, time_steps
