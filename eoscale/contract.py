@@ -202,7 +202,8 @@ class BandContract:
 
     def normalisation(self, dates: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """`(mean, scale)`, float32 of shape (dates * bands, 1, 1): a window's pixels go to the network as
-        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std); a window of several
+        `(x - mean) * scale`, nodata as 0 (`scale` = 1 / std; eoscale's stages prepare windows with the input spec,
+        `spec()` and `eoscale.inputs.prepare`, which computes the same float32 values); a window of several
         `dates` holds every date's bands, date after date, each normalised as one date's. A band of std 0 (a
         checkpoint trained on a store written before such bands were refused) is refused (`check_std`)."""
         check_std(self.bands, self.std, what="the checkpoint's band contract")
