@@ -50,7 +50,7 @@ from eoscale.contract import BandContract
 from eoscale.errors import BandMismatchError, InputError
 from eoscale.infer.blend import SPARE_ROWS, RowAccumulator
 from eoscale.infer.config import Ramp
-from eoscale.infer.stacked import for_stack
+from eoscale.infer.stacked import EPOCH, for_stack
 from eoscale.infer.windows import Span, WindowGrid, even_ranges
 from eoscale.inputs.prepare import prepare
 from eoscale.inputs.spec import InputSpec
@@ -272,7 +272,9 @@ def predict_blocks(
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, spec=spec, pin=pin, threads=readers)
     batches = _batches(strips, span.windows, batch_size)
-    forwarded = (_served(network, batches, grid) if remote
+    days = (np.array([(d - EPOCH).days for d in scene.dates], np.int32)  # a stack's scenes all have dates
+            if remote and getattr(network, "takes_dates", False) and isinstance(scene, SceneStack) else None)
+    forwarded = (_served(network, batches, grid, days) if remote
                  else _forward(network, batches, device, pin, activate or contract.activate))
     last_col = span.windows - 1
     try:
@@ -315,17 +317,18 @@ def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], dev
         yield batch, probs
 
 
-def _served(network, batches: Iterable[list[tuple[Strip, int]]],
-            grid: WindowGrid) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
+def _served(network, batches: Iterable[list[tuple[Strip, int]]], grid: WindowGrid,
+            days: np.ndarray | None = None) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
     """(batch, class probabilities) for each batch, in order, from a model served elsewhere: the raw windows and
-    their validity go out as requests, up to `network.in_flight` of them at once, so the server batches and
-    computes while this process reads, sends and blends."""
+    their validity (and a temporal model's stack's `days`) go out as requests, up to `network.in_flight` of them at
+    once, so the server batches and computes while this process reads, sends and blends."""
     stride, window = grid.cols.stride, grid.window
     pending: deque = deque()
     for batch in batches:
         windows = _stack(batch).numpy()
         valid = np.stack([strip.valid[:, k * stride : k * stride + window] for strip, k in batch])
-        pending.append((batch, network.submit(windows, valid)))
+        dates = None if days is None else np.broadcast_to(days, (len(windows), len(days))).copy()
+        pending.append((batch, network.submit(windows, valid, *(() if dates is None else (dates,)))))
         if len(pending) >= network.in_flight:
             done, answer = pending.popleft()
             yield done, _writable(answer.result())
