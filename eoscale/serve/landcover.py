@@ -5,7 +5,8 @@ Inputs (per request; Triton's dynamic batcher gathers requests into one call):
 - `windows` uint16 `[B, C, T, T]`: raw pixel values (digital numbers as the scene files hold them) in the
   checkpoint's band order, at its tile size;
 - `valid` uint8 `[B, T, T]`, optional: 0 where a pixel is nodata (it then goes to the network as the band mean,
-  as in training and in `eoscale predict`); without it every pixel counts as valid.
+  as in training and in `eoscale predict`); without it every pixel counts as valid. A window of several dates
+  reads each date's gaps from its bands at the contract's nodata instead (as `eoscale predict --server` sends them).
 
 Outputs (a client asks for the ones it wants; Triton sends all when it names none):
 
@@ -118,7 +119,9 @@ class ServedModel:
         if self.steps > 1:
             x = x.unflatten(1, (self.steps, -1))  # (B, N, C, T, T)
         presence = presence_from_nodata(self.spec, x)
-        if valid is not None and not valid.all():
+        # a window of several dates: each date's presence is its own (its gaps come at nodata, as `predict --server`
+        # sends them), as the loader and predict read it; `valid` (where the map has a pixel) does not blank them
+        if valid is not None and not valid.all() and self.steps == 1:
             inside = torch.from_numpy(np.ascontiguousarray(valid, dtype=bool))
             presence = presence & (inside[:, None, None] if self.steps > 1 else inside[:, None])
         prepared = prepare(self.spec, x, presence=presence)
