@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
+from eoscale.inputs.spec import InputSpec
 from eoscale.sensors import recorded_sensor
 from eoscale.sensors.groups import SensorGroup, groups_of, parse_groups
 
@@ -88,6 +89,9 @@ class BandContract:
     # `eoscale.raster.float_optical`): {scale, offset}, which predict applies to float scenes; None: no float scenes
     # (every checkpoint written before), and predict refuses a float scene
     input_scale: dict | None = None
+    # the input spec of the store it was trained on (`eoscale.inputs.spec`, `to_dict()`): sensors and their timelines,
+    # static layers, nodata, date encoding; None: a checkpoint written before, whose spec `spec()` infers
+    input_spec: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sensor", recorded_sensor(self.sensor, self.bands))
@@ -117,6 +121,7 @@ class BandContract:
             time_steps=int(getattr(datamodule, "time_steps", 1) or 1),
             sensors=getattr(datamodule, "sensors_record", None),
             input_scale=_store_input_scale(datamodule),
+            input_spec=getattr(datamodule, "input_spec_record", None),
         )
 
     def to_dict(self) -> dict:
@@ -136,6 +141,7 @@ class BandContract:
             **({"calibration": dict(self.calibration)} if self.calibration is not None else {}),
             **({"sensors": [dict(g) for g in self.sensors]} if self.sensors is not None else {}),
             **({"input_scale": dict(self.input_scale)} if self.input_scale is not None else {}),
+            **({"input_spec": dict(self.input_spec)} if self.input_spec is not None else {}),
         }
 
     @classmethod
@@ -159,7 +165,13 @@ class BandContract:
             sensors=tuple(dict(g) for g in data["sensors"]) if data.get("sensors") is not None else None,
             # a contract from before float scenes: none
             input_scale=dict(data["input_scale"]) if data.get("input_scale") is not None else None,
+            # a contract from before input specs: `spec()` infers it
+            input_spec=dict(data["input_spec"]) if data.get("input_spec") is not None else None,
         )
+
+    def spec(self) -> InputSpec:
+        """The input spec predict and serve execute: the recorded one, or the one this contract implies."""
+        return InputSpec.from_contract(self)
 
     def sensor_groups(self) -> tuple[SensorGroup, ...]:
         """The sensors of the input, each a group of consecutive bands (one group where `sensors` is None)."""
@@ -190,7 +202,8 @@ class BandContract:
 
     def normalisation(self, dates: int = 1) -> tuple[np.ndarray, np.ndarray]:
         """`(mean, scale)`, float32 of shape (dates * bands, 1, 1): a window's pixels go to the network as
-        `(x - mean) * scale`, nodata as 0, in prediction and serving alike (`scale` = 1 / std); a window of several
+        `(x - mean) * scale`, nodata as 0 (`scale` = 1 / std; eoscale's stages prepare windows with the input spec,
+        `spec()` and `eoscale.inputs.prepare`, which computes the same float32 values); a window of several
         `dates` holds every date's bands, date after date, each normalised as one date's. A band of std 0 (a
         checkpoint trained on a store written before such bands were refused) is refused (`check_std`)."""
         check_std(self.bands, self.std, what="the checkpoint's band contract")

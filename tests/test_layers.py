@@ -19,6 +19,7 @@ LAYERS: list[set[str]] = [
     {"infer", "train", "track", "slurm", "maps", "serve"},
     {"models", "data", "ingest", "synth"},
     {"raster", "contract", "cluster", "catalog", "acquire"},
+    {"inputs"},  # the input spec and the one preparation of a window (eoscale/inputs)
     {"sensors"},  # the sensor registry: band identity is (sensor, band)
     {"store", "schema", "bands"},  # the ground: the store's format (eoscale.schema re-exports eoscale.store.schema)
     {"classes"},

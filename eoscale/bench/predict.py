@@ -162,11 +162,9 @@ def bench_predict(scene: Path, checkpoint: Path, output: Path, *, batch_size: in
     km2 = source.height * source.width * abs(source.transform.a * source.transform.e) / 1e6
 
     # the baseline: every window in memory first
-    mean = np.asarray(contract.mean, dtype=np.float32)[:, None, None]
-    scale = 1.0 / np.asarray(contract.std, dtype=np.float32)[:, None, None]
     with SceneReader(source) as reader:
         windows = [s.windows[k].clone() for j in range(grid.rows.count)
-                   for s in [read_strip(reader, grid, j, mean=mean, scale=scale)]
+                   for s in [read_strip(reader, grid, j, spec=contract.spec())]
                    for k in range(grid.cols.count)]
     on = model.device
     default_readers = reading_threads(on)

@@ -78,6 +78,8 @@ from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
+from eoscale.inputs.prepare import prepare, presence_from_nodata
+from eoscale.inputs.spec import InputSpec
 from eoscale.sensors import recorded_sensor
 from eoscale.sensors.groups import SensorGroup, as_record, groups_of, select_groups
 from eoscale.store import schema
@@ -183,7 +185,7 @@ class TileDataModule(LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self._attrs: dict | None = None
         self._streams: dict[str, TileStream] = {}
-        self._norm: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._spec: InputSpec | None = None
         self._groups: list[tuple[int, int]] | None = None
 
     # --- the band contract, readable before any hook runs -----------------------------------------------
@@ -242,6 +244,21 @@ class TileDataModule(LightningDataModule):
         of one sensor: one group."""
         groups = groups_of(self.attrs.get(schema.ATTR_SENSORS), self.attrs[schema.ATTR_BANDS], self.sensor)
         return select_groups(groups, self.band_names)
+
+    @property
+    def input_spec(self) -> InputSpec:
+        """The spec of the chosen bands (`eoscale.inputs.spec`): the store's recorded one, or the one its attributes
+        imply, with the store's statistics of the chosen bands."""
+        if self._spec is None:
+            stats = self.statistics
+            spec = InputSpec.from_store_attrs(self.attrs).select(self.band_names)
+            self._spec = spec.with_statistics(stats["mean"], stats["std"])
+        return self._spec
+
+    @property
+    def input_spec_record(self) -> dict:
+        """The input spec as the checkpoint's band contract records it (`BandContract.input_spec`)."""
+        return self.input_spec.to_dict()
 
     @property
     def sensors_record(self) -> list[dict] | None:
@@ -401,28 +418,15 @@ class TileDataModule(LightningDataModule):
                 del out["label"]
         image = out.get("image")
         if image is not None and image.dtype == torch.uint16:
-            mean, scale = self._normalisation(image.device)
-            nodata = float(self.attrs[schema.ATTR_NODATA])
+            # one preparation for every stage (`eoscale.inputs.prepare`): each sensor group 0 where all its bands are
+            # the store's nodata, each date 0 where the store says it holds nothing of the tile
+            spec = self.input_spec
             x = image.to(torch.float32)  # before any comparison: CUDA has few kernels for uint16
-            groups = self._group_channels()
-            # one mask a sensor group (one group: every band, as before several sensors were kept): where it has data
-            keeps = [_has_data(x if len(groups) == 1 else x[..., a:b, :, :], nodata) for a, b in groups]
-            date = None
-            if x.ndim == 5:  # several dates (B, T, C, H, W): a date without observations (or dropped) reads 0 too
-                date = (out["date_valid"] > 0)[:, :, None, None, None]
-            elif step_valid is not None:
-                date = (step_valid > 0)[:, None, None, None]
-            if date is not None:
-                keeps = [keep & date for keep in keeps]
-            # a multiply by keep, 4× faster than masked_fill_ on CPU (nodata below the mean becomes -0.0, == 0);
-            # the per-band (1, C, 1, 1) statistics broadcast over the dates alike
-            x = x.sub_(mean).mul_(scale)
-            if len(groups) == 1:
-                x.mul_(keeps[0])
-            else:
-                for (a, b), keep in zip(groups, keeps, strict=True):
-                    x[..., a:b, :, :].mul_(keep)
-            out["image"] = x
+            presence = presence_from_nodata(spec, x)
+            if step_valid is not None:
+                presence = presence & (step_valid > 0)[:, None, None, None]
+            date_valid = out["date_valid"] > 0 if x.ndim == 5 else None
+            out["image"] = prepare(spec, x, presence=presence, date_valid=date_valid)
         label = out.get("label")
         if label is not None and label.dtype == torch.uint8:
             out["label"] = label.to(torch.int64)
@@ -433,16 +437,6 @@ class TileDataModule(LightningDataModule):
         if self._groups is None:
             self._groups = [(g.start, g.stop) for g in self.sensor_groups]
         return self._groups
-
-    def _normalisation(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-band mean and 1/std as (1, C, 1, 1) float32 tensors on `device` (made once per device)."""
-        key = str(device)
-        if key not in self._norm:
-            stats = self.statistics
-            mean = torch.tensor(stats["mean"], dtype=torch.float32).view(1, -1, 1, 1)
-            scale = 1.0 / torch.tensor(stats["std"], dtype=torch.float32).clamp_min(1e-6).view(1, -1, 1, 1)
-            self._norm[key] = (mean.to(device), scale.to(device))
-        return self._norm[key]
 
     # --- helpers -------------------------------------------------------------------------------------------
     def _rank_and_world_size(self) -> tuple[int, int]:
@@ -489,13 +483,6 @@ class TileDataModule(LightningDataModule):
         # the shared-memory handover carries images and labels only: per-pixel values come the plain way
         return TileLoader(self._streams[split], num_workers=self.num_workers, pin_memory=self.pin_memory,
                           shared_memory=self.shared_memory and self.target != "values")
-
-
-def _has_data(x: torch.Tensor, nodata: float) -> torch.Tensor:
-    """Where a pixel of `x` (..., C, H, W) has data: not the store's nodata in every one of its C bands."""
-    # a pixel without data holds the store's nodata in every band (`eoscale.ingest.writer`); with nodata 0, the
-    # usual, that is "the largest band is 0", a max over bands (8× faster on CPU than all(x == 0))
-    return x.amax(dim=-3, keepdim=True) != nodata if nodata == 0 else ~(x == nodata).all(dim=-3, keepdim=True)
 
 
 def data_parallel(trainer) -> tuple[int, int]:

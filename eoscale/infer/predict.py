@@ -47,11 +47,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 from torch import Tensor, nn
 
 from eoscale.contract import BandContract
-from eoscale.errors import InputError
+from eoscale.errors import BandMismatchError, InputError
 from eoscale.infer.blend import SPARE_ROWS, RowAccumulator
 from eoscale.infer.config import Ramp
-from eoscale.infer.stacked import for_stack
+from eoscale.infer.stacked import EPOCH, for_stack
 from eoscale.infer.windows import Span, WindowGrid, even_ranges
+from eoscale.inputs.prepare import prepare
+from eoscale.inputs.spec import InputSpec
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import Scene
 from eoscale.raster.stack import SceneStack, StackReader, StackWindow, open_reader
@@ -82,15 +84,15 @@ class Strip:
     valid: np.ndarray  # (window, the span's padded width)
 
 
-def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, mean: np.ndarray | None, scale: np.ndarray | None,
+def read_strip(reader: SceneReader, grid: WindowGrid, row: int, *, spec: InputSpec | None,
                cols: Span | None = None, pin: bool = False) -> Strip:
-    """Window row `row`'s strip under window columns `cols` (default: all), normalised like the training
-    tiles: `(x - mean) / std`, nodata as 0 (`mean` None: the raw values, for a model served elsewhere that
-    normalises them itself, `eoscale.infer.remote`); its windows in page-locked memory if `pin` (needs CUDA)."""
+    """Window row `row`'s strip under window columns `cols` (default: all), prepared as `spec` says, as the loader
+    prepares the training tiles (`eoscale.inputs.prepare`; `spec` None: the raw values, for a model served elsewhere
+    that prepares them itself, `eoscale.infer.remote`); its windows in page-locked memory if `pin` (needs CUDA)."""
     cols = cols or Span.of(grid.cols)
-    windows, invalid = empty_strip(grid, cols, bands=len(reader.scene.band_names) if mean is None else len(mean), pin=pin)
-    read_windows(reader, grid, row, range(cols.windows), cols=cols, mean=mean, scale=scale,
-                 windows=windows.numpy(), invalid=invalid)
+    windows, invalid = empty_strip(grid, cols, bands=len(reader.scene.band_names), pin=pin)
+    read_windows(reader, grid, row, range(cols.windows), cols=cols, spec=spec, windows=windows.numpy(),
+                 invalid=invalid)
     return Strip(row, windows, ~invalid)
 
 
@@ -100,11 +102,12 @@ def empty_strip(grid: WindowGrid, cols: Span, *, bands: int, pin: bool = False) 
     return windows, np.empty((grid.window, cols.size), dtype=bool)
 
 
-def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, cols: Span, mean: np.ndarray | None,
-                 scale: np.ndarray | None, windows: np.ndarray, invalid: np.ndarray) -> None:
-    """Windows `ks` (counted from `cols.first`) of window row `row`, normalised (`mean` None: raw values, nodata
-    left as read), into `windows[ks]`, and the nodata mask of the pixels they cover into `invalid` (the strip's,
-    over the span's padded columns), up to where window `ks.stop` starts."""
+def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, cols: Span, spec: InputSpec | None,
+                 windows: np.ndarray, invalid: np.ndarray) -> None:
+    """Windows `ks` (counted from `cols.first`) of window row `row`, prepared as `spec` says (None: raw values, each
+    sensor's and each date's bands at the scene's nodata where its masks say it has no data), into `windows[ks]`, and
+    the nodata mask of the pixels they cover into `invalid` (the strip's, over the span's padded columns), up to where
+    window `ks.stop` starts."""
     stride = grid.cols.stride
     start = ks.start * stride  # first padded column of these windows, from the span's origin
     stop = (ks.stop - 1) * stride + grid.window
@@ -122,40 +125,70 @@ def read_windows(reader: SceneReader, grid: WindowGrid, row: int, ks: range, *, 
     # the same bytes of the mask could undo each other's
     own = stop if ks.stop == cols.windows else ks.stop * stride
     invalid[:, start:own] = mask[:, : own - start]
-    # windows are cut from the uint16 strip and normalised straight into one contiguous float32 array: one pass
+    # windows are cut from the uint16 strip and prepared straight into one contiguous float32 array: one pass
     # instead of normalising first and copying the windows after, which takes several times as long
-    cut = sliding_window_view(raw, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)
+    cut = _cut(raw, grid.window, stride, axis=2)  # (windows, bands, y, x)
     out = windows[ks.start : ks.stop]
-    groups = block.groups() if block.others else ()
-    if mean is None:  # raw values (float32 holds every uint16 exactly); the model's server normalises them
+    dates = len(block.date_valid) if isinstance(block, StackWindow) else 1
+    groups = _missing(block, mask, ys - top, xs - left, dates)  # [(channels, where they have no data)] or None
+    if spec is None:  # raw values (float32 holds every uint16 exactly); the model's server prepares them
         np.copyto(out, cut)
-        if groups:  # each sensor's bands at nodata where it has none (its clouds too): the server zeroes them
-            _blank_groups(groups, ys - top, xs - left, grid, stride, out, value=reader.scene.nodata)
+        if groups is not None and (dates > 1 or block.others):  # each sensor's (each date's) bands at nodata where it
+            for channels, missing in groups:                      # has none: the server's presence rule reads them
+                np.copyto(out[:, channels], reader.scene.nodata, where=_cut(missing, grid.window, stride, axis=1)[:, None])
         return
-    np.subtract(cut, mean, out=out)
-    out *= scale
-    if groups:  # several sensors: each sensor's bands read 0 where it has no data, the others' as they are
-        _blank_groups(groups, ys - top, xs - left, grid, stride, out)
-    elif mask.any():  # nodata reads as the band mean, as in training
-        cut_invalid = sliding_window_view(mask, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)
-        np.copyto(out, 0.0, where=cut_invalid[:, None])
-    if isinstance(block, StackWindow):  # so does a date where it holds none, though another date does
-        _blank_dates(block.date_valid, ys - top, xs - left, grid, stride, out)
+    x, into = torch.from_numpy(cut), torch.from_numpy(out)
+    presence = None
+    if groups is not None:
+        if dates == 1 and block.others:
+            expected = [slice(g.start, g.stop) for g in spec.groups()]
+            if [c for c, _ in groups] != expected:
+                raise RuntimeError(f"the reader's sensor groups {[c for c, _ in groups]} are not the spec's {expected}")
+        missing = np.stack([m for _, m in groups])
+        presence = torch.from_numpy(_cut(~missing, grid.window, stride, axis=2))  # (windows, G or T, y, x)
+    if dates > 1:  # a stack's windows hold every date's bands: (windows, T, C, y, x) for the preparation
+        x, into = x.unflatten(1, (dates, -1)), into.unflatten(1, (dates, -1))
+        if presence is not None and block.others:  # (windows, T, G, y, x): each date's sensors
+            per_date = [c for c, _ in groups][: len(groups) // dates]
+            expected = [slice(g.start, g.stop) for g in spec.groups()]
+            if per_date != expected:
+                raise RuntimeError(f"the reader's sensor groups {per_date} are not the spec's {expected}")
+            presence = presence.unflatten(1, (dates, -1))
+        elif presence is not None:
+            presence = presence.unsqueeze(2)
+    prepare(spec, x, presence=presence, out=into)
 
 
-def _blank_groups(groups, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int, out: np.ndarray, *,
-                  value: float = 0.0) -> None:
-    """Each sensor's bands of `out` (windows, bands, y, x) set to `value` (0: the band mean) where that sensor holds
-    no data (`MaskedWindow.groups`); `ys`, `xs` the (mirrored) positions of the strip's rows and columns in the block
-    read."""
-    for bands, missing in groups:
-        missing = missing[ys][:, xs]
-        if not missing.any():
-            continue
-        cut = sliding_window_view(missing, grid.window, axis=1)[:, ::stride].transpose(1, 0, 2)[:, None]
-        runs = _runs(bands)
-        for run in runs:  # consecutive bands as one view: np.copyto writes through a slice, not a list of indices
-            np.copyto(out[:, run], value, where=cut)
+def _cut(strip: np.ndarray, window: int, stride: int, *, axis: int) -> np.ndarray:
+    """The windows of a strip (..., y, x) along `axis` (its x) as a view (windows, ..., y, window), writable where the
+    strip is (so that torch shares its memory without a copy)."""
+    view = sliding_window_view(strip, window, axis=axis, writeable=strip.flags.writeable)
+    return np.moveaxis(view[..., ::stride, :], -2, 0)
+
+
+def _missing(block, mask: np.ndarray, ys: np.ndarray, xs: np.ndarray,
+             dates: int) -> list[tuple[slice, np.ndarray]] | None:
+    """Each presence group of the strip, as (its channels, where it has no data (y, x) over the mirrored strip), or
+    None where every group has data everywhere: each date of a stack (its own masks), each sensor's group of a scene
+    of several (`MaskedWindow.groups`, in channel order; a stack of several sensors: each date's, date after date),
+    else the scene's one mask over every band."""
+    if dates > 1 and block.others:  # dates of several sensors: each date's groups (`StackReader.read_masked`)
+        groups = []
+        for bands, m in block.others:
+            (channels,) = _runs(bands)
+            groups.append((channels, m[ys][:, xs]))
+    elif dates > 1:
+        per_date = len(block.pixels) // dates
+        missing = ~block.date_valid[:, ys][:, :, xs]
+        groups = [(slice(d * per_date, (d + 1) * per_date), missing[d]) for d in range(dates)]
+    elif block.others:
+        groups = []
+        for bands, m in block.groups():
+            (channels,) = _runs(bands)  # a sensor's bands are consecutive (`eoscale.sensors.groups`)
+            groups.append((channels, m[ys][:, xs]))
+    else:
+        groups = [(slice(0, len(block.pixels)), mask)]
+    return groups if any(m.any() for _, m in groups) else None
 
 
 def _runs(bands: tuple[int, ...]) -> list[slice]:
@@ -168,18 +201,18 @@ def _runs(bands: tuple[int, ...]) -> list[slice]:
     return out
 
 
-def _blank_dates(date_valid: np.ndarray, ys: np.ndarray, xs: np.ndarray, grid: WindowGrid, stride: int,
-                 out: np.ndarray) -> None:
-    """Each date's bands of `out` (windows, dates * bands, y, x) set to 0 (the band mean) where the date holds no
-    data; `ys`, `xs` the (mirrored) positions of the strip's rows and columns in the block read."""
-    invalid = ~date_valid[:, ys][:, :, xs]  # (date, y, x) over the strip
-    if not invalid.any():
-        return
-    dates = invalid.shape[0]
-    per_date = out.shape[1] // dates
-    cut = sliding_window_view(invalid, grid.window, axis=2)[:, :, ::stride].transpose(2, 0, 1, 3)  # (win, date, y, x)
-    view = out.reshape(out.shape[0], dates, per_date, *out.shape[2:])
-    np.copyto(view, 0.0, where=cut[:, :, None])
+def check_scenes(contract: BandContract, scenes: Iterable[Scene], *, what: str = "the checkpoint") -> None:
+    """Refuse, in one line and before any map is written, scenes the checkpoint's input spec cannot be executed on: a
+    season model (several dates, not a change model) given one date of a place, which it would map as if the other
+    dates were clouded. (A checkpoint trained on composites gets its places' raw scenes composited onto the same
+    intervals first: `eoscale.raster.fused_season.season_steps`.)"""
+    if contract.time_steps == 1 or contract.target == "change":
+        return  # a change pair is checked when it is stacked (both dates)
+    for scene in scenes:
+        if isinstance(scene, SceneStack) and len(scene.steps) < 2:
+            raise BandMismatchError(f"{what} is a season model of {contract.time_steps} dates and was given one date "
+                                    f"of place {scene.id!r}: give the place's dated scenes (2 to "
+                                    f"{contract.time_steps}), or map it with a single-date checkpoint")
 
 
 def reading_threads(device: torch.device) -> int:
@@ -251,13 +284,13 @@ def predict_blocks(
     out_span = Span.of(out.cols, cols)
     classes = contract.output_channels() if channels is None else channels
     accumulator = RowAccumulator(out, classes, first_row=first, cols=out_span, kind=ramp, device=device)
-    dates = len(scene.steps) if isinstance(scene, SceneStack) else 1  # a stack's windows: every date's bands
-    mean, scale = (None, None) if remote else contract.normalisation(dates)
+    spec = None if remote else contract.spec()  # a model served elsewhere prepares the raw windows itself
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
-    strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, mean=mean, scale=scale,
-                        pin=pin, threads=readers)
+    strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, spec=spec, pin=pin, threads=readers)
     batches = _batches(strips, span.windows, batch_size)
-    forwarded = (_served(network, batches, grid) if remote
+    days = (np.array([(d - EPOCH).days for d in scene.dates], np.int32)  # a stack's scenes all have dates
+            if remote and getattr(network, "takes_dates", False) and isinstance(scene, SceneStack) else None)
+    forwarded = (_served(network, batches, grid, days) if remote
                  else _forward(network, batches, device, pin, activate or contract.activate))
     last_col = span.windows - 1
     try:
@@ -304,17 +337,18 @@ def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], dev
         yield batch, probs
 
 
-def _served(network, batches: Iterable[list[tuple[Strip, int]]],
-            grid: WindowGrid) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
+def _served(network, batches: Iterable[list[tuple[Strip, int]]], grid: WindowGrid,
+            days: np.ndarray | None = None) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
     """(batch, class probabilities) for each batch, in order, from a model served elsewhere: the raw windows and
-    their validity go out as requests, up to `network.in_flight` of them at once, so the server batches and
-    computes while this process reads, sends and blends."""
+    their validity (and a temporal model's stack's `days`) go out as requests, up to `network.in_flight` of them at
+    once, so the server batches and computes while this process reads, sends and blends."""
     stride, window = grid.cols.stride, grid.window
     pending: deque = deque()
     for batch in batches:
         windows = _stack(batch).numpy()
         valid = np.stack([strip.valid[:, k * stride : k * stride + window] for strip, k in batch])
-        pending.append((batch, network.submit(windows, valid)))
+        dates = None if days is None else np.broadcast_to(days, (len(windows), len(days))).copy()
+        pending.append((batch, network.submit(windows, valid, *(() if dates is None else (dates,)))))
         if len(pending) >= network.in_flight:
             done, answer = pending.popleft()
             yield done, _writable(answer.result())
@@ -401,13 +435,13 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
     always goes to its thread.
     """
 
-    def __init__(self, scene: Scene, grid: WindowGrid, rows: Iterable[int], *, cols: Span, mean: np.ndarray | None,
-                 scale: np.ndarray | None, pin: bool = False, threads: int = 1) -> None:
+    def __init__(self, scene: Scene, grid: WindowGrid, rows: Iterable[int], *, cols: Span, spec: InputSpec | None,
+                 pin: bool = False, threads: int = 1) -> None:
         if threads < 1:
             raise InputError(f"{threads} reading threads: give at least 1")
         self._grid, self._cols, self._pin = grid, cols, pin
         self._bands = len(scene.band_names)
-        self._norm = {"mean": mean, "scale": scale}
+        self._spec = spec
         self._rows = iter(rows)
         threads = min(threads, cols.windows)
         self._shares = even_ranges(cols.windows, threads)
@@ -426,10 +460,8 @@ class read_ahead(Iterator[Strip]):  # noqa: N801 (used like a function)
         row = next(self._rows, None)
         if row is None:
             return
-        mean = self._norm["mean"]
-        windows, invalid = empty_strip(self._grid, self._cols, bands=self._bands if mean is None else len(mean),
-                                       pin=self._pin)
-        futures = [pool.submit(read_windows, reader, self._grid, row, share, cols=self._cols, **self._norm,
+        windows, invalid = empty_strip(self._grid, self._cols, bands=self._bands, pin=self._pin)
+        futures = [pool.submit(read_windows, reader, self._grid, row, share, cols=self._cols, spec=self._spec,
                                windows=windows.numpy(), invalid=invalid)
                    for pool, reader, share in zip(self._pools, self._readers, self._shares, strict=True)]
         self._pending.append((row, windows, invalid, futures))

@@ -64,6 +64,7 @@ class RemoteNetwork:
     values: `output` "values") out (`raw_windows`)."""
 
     raw_windows = True
+    takes_dates = False  # a served temporal model: it takes its stack's `dates` (set by `connect_model`)
 
     def __init__(self, url: str, model: str, *, in_flight: int = IN_FLIGHT, output: str = OUTPUT) -> None:
         self.url, self.model, self.in_flight, self.output = url, model, max(1, in_flight), output
@@ -106,16 +107,23 @@ class RemoteNetwork:
         listed = config.get("config", config).get("parameters", {}).get("eoscale_served", {}).get("string_value", "")
         return [name for name in listed.split(",") if name]
 
-    def submit(self, windows: np.ndarray, valid: np.ndarray) -> Any:
-        """Send raw windows `(n, bands, T, T)` (float32 holding uint16 values) and validity `(n, T, T)`; an object
-        whose `result()` is the float32 probabilities `(n, classes, T, T)` (values: `(n, 1, T, T)`)."""
+    def submit(self, windows: np.ndarray, valid: np.ndarray, dates: np.ndarray | None = None) -> Any:
+        """Send raw windows `(n, bands, T, T)` (float32 holding uint16 values), validity `(n, T, T)` and, for a temporal
+        model, each window's dates `(n, N)` (days since 1970-01-01); an object whose `result()` is the float32
+        probabilities `(n, classes, T, T)` (values: `(n, 1, T, T)`)."""
         lib = self._lib
         pixels = lib.InferInput("windows", list(windows.shape), "UINT16")
         mask = lib.InferInput("valid", list(valid.shape), "UINT8")
+        inputs = [pixels, mask]
+        if dates is not None:
+            days = lib.InferInput("dates", list(dates.shape), "INT32")
+            inputs.append(days)
         outputs = [lib.InferRequestedOutput(self.output)]
         if self.protocol == "grpc":
             pixels.set_data_from_numpy(windows.astype(np.uint16))
             mask.set_data_from_numpy(valid.astype(np.uint8))
+            if dates is not None:
+                days.set_data_from_numpy(dates.astype(np.int32))
             future: Future = Future()
 
             def done(result, error) -> None:
@@ -124,12 +132,14 @@ class RemoteNetwork:
                 else:
                     future.set_result(result.as_numpy(self.output))
 
-            self._client.async_infer(self.model, [pixels, mask], done, outputs=outputs, client_timeout=TIMEOUT_S)
+            self._client.async_infer(self.model, inputs, done, outputs=outputs, client_timeout=TIMEOUT_S)
             return future
         pixels.set_data_from_numpy(windows.astype(np.uint16), binary_data=True)
         mask.set_data_from_numpy(valid.astype(np.uint8), binary_data=True)
+        if dates is not None:
+            days.set_data_from_numpy(dates.astype(np.int32), binary_data=True)
         outputs = [lib.InferRequestedOutput(self.output, binary_data=True)]
-        return _Answer(self._client.async_infer(self.model, [pixels, mask], outputs=outputs), self.url, self.output)
+        return _Answer(self._client.async_infer(self.model, inputs, outputs=outputs), self.url, self.output)
 
     def __call__(self, windows: np.ndarray, valid: np.ndarray) -> np.ndarray:
         return self.submit(windows, valid).result()
@@ -171,6 +181,7 @@ def connect_model(url: str, model: str):
         raise InputError(f"model {model!r} at {url} maps {contract.target!r}: eoscale predict --server maps "
                          f"{', '.join(OUTPUTS)} models")
     network.output = OUTPUTS[contract.target]
+    network.takes_dates = any(t.get("name") == "dates" for t in network.config().get("input", []))
     checkpoint = served.about.get("checkpoint") or {}
     classes = ClassTable.from_records(list(contract.classes)) if contract.classes else None  # None: a values model
     return PredictionModel(network, contract, classes,

@@ -55,7 +55,7 @@ from eoscale.infer.outputs import (
     read_part,
     writer_for,
 )
-from eoscale.infer.predict import handoff, predict_blocks, reading_threads
+from eoscale.infer.predict import check_scenes, handoff, predict_blocks, reading_threads
 from eoscale.infer.stacked import trained_composite
 from eoscale.infer.windows import AxisGrid, Span, WindowGrid, check_window
 from eoscale.raster.float_optical import with_input_scale
@@ -236,6 +236,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     scenes = [model.scene_bands(scene, band_map) for scene in opened]
     if steps > 1:  # the dated scenes of each place as one stack: a change map needs both dates, a season any
         scenes = stack_scenes(scenes, steps, require="all" if model.contract.target == "change" else "any")
+    check_scenes(model.contract, scenes, what=f"checkpoint {str(config.checkpoint or config.model)!r}")
     ids = [s.id for s in scenes]
     if len(set(ids)) != len(ids):
         raise InputError(f"two scenes share a name, so their outputs would collide: {sorted(ids)}")

@@ -52,12 +52,8 @@ def for_stack(network: nn.Module, dates: list[dt.date | None]) -> nn.Module:
 
 
 def trained_composite(contract) -> int | str | None:
-    """The composite interval (days, or "monthly") the checkpoint's steps were made of, where its contract records its
-    input spec (`BandContract.input_spec`, a sensor's `timeline` of kind "calendar"); None: the scenes' own dates, or a
-    contract that does not say (written before input specs: its store's `--composite` is not in the checkpoint)."""
-    spec = getattr(contract, "input_spec", None) or {}
-    for sensor in spec.get("sensors") or ():
-        timeline = sensor.get("timeline") or {}
-        if timeline.get("kind") == "calendar":
-            return timeline.get("interval")
-    return None
+    """The composite interval (days, or "monthly") the checkpoint's steps were made of, from its input spec
+    (`BandContract.spec()`: a sensor's calendar timeline); None: the scenes' own dates, or a contract written before
+    input specs (its store's `--composite` is not in the checkpoint)."""
+    composite = contract.spec().composite
+    return None if composite is None else composite.interval

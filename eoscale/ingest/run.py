@@ -52,6 +52,7 @@ from eoscale.ingest.static import DEFAULT_LAYERS, add_static_layers, static_para
 from eoscale.ingest.stats import borrowed_statistics, statistics_from_histograms, unusable_band
 from eoscale.ingest.targets import describe_target_rasters, target_statistics, targets_for_scene, warp_targets
 from eoscale.ingest.writer import close_readers, finalize, gather_markers, marker_path, write_shard
+from eoscale.inputs.spec import SPEC_KEY, InputSpec
 from eoscale.raster.float_optical import EXAMPLE, check_input_scale, has_unstated, with_input_scale
 from eoscale.raster.fused import sensors_record
 from eoscale.raster.reader import SceneReader
@@ -299,6 +300,7 @@ def ingest(
             )
         attrs = _store_attrs(grids, class_table, plan, parameters, stride, fingerprint)
         steps = time_steps(places) if places is not None else 1
+        attrs[SPEC_KEY] = InputSpec.from_store_attrs({**attrs, schema.ATTR_TIME_STEPS: steps}).to_dict(statistics=False)
         if places is not None:
             attrs[schema.ATTR_SCENES] = [{**a, **_series_record(p, several=fused_series is not None)}
                                          for a, p in zip(attrs[schema.ATTR_SCENES], places, strict=True)]

@@ -5,7 +5,8 @@ Inputs (per request; Triton's dynamic batcher gathers requests into one call):
 - `windows` uint16 `[B, C, T, T]`: raw pixel values (digital numbers as the scene files hold them) in the
   checkpoint's band order, at its tile size;
 - `valid` uint8 `[B, T, T]`, optional: 0 where a pixel is nodata (it then goes to the network as the band mean,
-  as in training and in `eoscale predict`); without it every pixel counts as valid.
+  as in training and in `eoscale predict`); without it every pixel counts as valid. A window of several dates
+  reads each date's gaps from its bands at the contract's nodata instead (as `eoscale predict --server` sends them).
 
 Outputs (a client asks for the ones it wants; Triton sends all when it names none):
 
@@ -17,6 +18,14 @@ Outputs (a client asks for the ones it wants; Triton sends all when it names non
 
 A change model (target kind "change", two dates) takes `windows` `[B, 2 * C, T, T]`: the first date's bands, then the
 second's (as `eoscale predict --server` reads a pair of scenes), and answers its change classes as the outputs above.
+A temporal model of N dates (a season) takes `windows` `[B, N * C, T, T]`, date after date, and `dates` int32 `[B, N]`:
+each date in days since 1970-01-01 (its input spec's date encoding; the model takes the day of the year from it),
+required when the model reads dates. A date's bands at the contract's nodata where it has no data (clouds), as
+`eoscale predict --server` sends them, read as absent there; a date absent from the whole window is left out.
+
+Every window is prepared as the loader and `eoscale predict` prepare it, by the checkpoint's input spec
+(`eoscale.inputs.prepare`): `(x - mean) / std`, each group of bands (a sensor's, the static layers') 0 where it is
+absent, i.e. outside `valid` or where all its bands are at the spec's nodata (a model of several sensors, as fused).
 
 A model of per-pixel values (a regression checkpoint, target kind "values") has one output instead:
 
@@ -43,6 +52,7 @@ from torch import nn
 
 from eoscale.contract import BandContract
 from eoscale.errors import InputError
+from eoscale.inputs.prepare import dates_held, prepare, presence_from_nodata
 
 CONTRACT_PARAMETER = "eoscale_contract"
 MODEL_PARAMETER = "eoscale_model"
@@ -65,11 +75,9 @@ class ServedModel:
         if self.contract.target not in SERVED_TARGETS:
             raise InputError(f"model {self.name!r} maps {self.contract.target!r}: eoscale serve answers "
                              f"{', '.join(SERVED_TARGETS)} models only")
-        steps = self.contract.time_steps
-        if steps > 1 and self.contract.target != "change":
-            raise InputError(f"model {self.name!r} is a temporal model of {steps} dates: eoscale serve answers "
-                             "single-date and change models only; map seasons with 'eoscale predict --checkpoint'")
-        self.mean, self.scale = self.contract.normalisation(steps)  # a change model's windows: both dates' bands
+        self.spec = self.contract.spec()  # the preparation of its windows: the loader's and predict's
+        self.steps = self.contract.time_steps  # a change or temporal model's windows: every date's bands
+        self.takes_dates = takes_dates(self.network)
         self.values = self.contract.target == "values"
         self.output_names = VALUE_OUTPUTS if self.values else OUTPUTS
         self.codes = np.array([int(c["code"]) for c in self.contract.classes], dtype=np.uint16)
@@ -83,6 +91,8 @@ class ServedModel:
         tile, classes = self.contract.tile_size, len(self.contract.classes)
         inputs = [Tensor(name="windows", dtype=np.uint16, shape=(bands, tile, tile)),
                   Tensor(name="valid", dtype=np.uint8, shape=(tile, tile), optional=True)]
+        if self.takes_dates:  # a temporal model: each date's day (days since 1970-01-01)
+            inputs.append(Tensor(name="dates", dtype=np.int32, shape=(self.steps,), optional=True))
         if self.values:
             return inputs, [Tensor(name="values", dtype=np.float32, shape=(1, tile, tile))]
         outputs = [Tensor(name="probabilities", dtype=np.float16, shape=(classes, tile, tile)),
@@ -98,33 +108,47 @@ class ServedModel:
                 MODEL_PARAMETER: json.dumps(self.about, separators=(",", ":")), SERVED_PARAMETER: ",".join(served)}
 
     def normalise(self, windows: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
-        """`(x - mean) * scale`, nodata as 0: the same float32 operations as `eoscale.infer.predict.read_windows`."""
-        out = np.empty(windows.shape, dtype=np.float32)
-        np.subtract(windows, self.mean, out=out)
-        out *= self.scale
-        if valid is not None and not valid.all():
-            np.copyto(out, 0.0, where=~valid[:, None])
-        if self.contract.sensors is not None:  # several sensors: each reads 0 where all its bands are at nodata (0)
-            bands = len(self.contract.bands)
-            for step in range(self.contract.time_steps):
-                for group in self.contract.sensor_groups():
-                    channels = slice(step * bands + group.start, step * bands + group.stop)
-                    missing = np.all(windows[:, channels] == 0, axis=1)
-                    if missing.any():
-                        np.copyto(out[:, channels], 0.0, where=missing[:, None])
-        return out
+        """The windows (B, dates * C, T, T) as the network takes them (`prepare`'s), float32."""
+        return self.prepare(windows, valid)[0]
 
-    def probabilities(self, x: np.ndarray) -> torch.Tensor:
-        """The network's output on normalised windows as its target kind makes maps of it (`BandContract.activate`:
-        the softmax for classes), float32 on the CPU."""
+    def prepare(self, windows: np.ndarray, valid: np.ndarray | None,
+                dates: np.ndarray | None = None) -> tuple[np.ndarray, torch.Tensor | None, torch.Tensor | None]:
+        """(the prepared windows (B, dates * C, T, T) float32, the dates int64 (B, N), which dates each window holds
+        float32 (B, N)) of raw windows, `valid` (B, T, T) and `dates` (B, N); the last two None for one date."""
+        x = torch.from_numpy(np.ascontiguousarray(windows))
+        if self.steps > 1:
+            x = x.unflatten(1, (self.steps, -1))  # (B, N, C, T, T)
+        presence = presence_from_nodata(self.spec, x)
+        # a window of several dates: each date's presence is its own (its gaps come at nodata, as `predict --server`
+        # sends them), as the loader and predict read it; `valid` (where the map has a pixel) does not blank them
+        if valid is not None and not valid.all() and self.steps == 1:
+            inside = torch.from_numpy(np.ascontiguousarray(valid, dtype=bool))
+            presence = presence & (inside[:, None, None] if self.steps > 1 else inside[:, None])
+        prepared = prepare(self.spec, x, presence=presence)
+        if self.steps == 1:
+            return prepared.numpy(), None, None
+        held = dates_held(prepared)
+        days = None if dates is None else torch.from_numpy(np.asarray(dates, dtype=np.int64)).expand(len(x), -1)
+        return prepared.flatten(1, 2).numpy(), days, held
+
+    def probabilities(self, x: np.ndarray, dates: torch.Tensor | None = None,
+                      date_valid: torch.Tensor | None = None) -> torch.Tensor:
+        """The network's output on prepared windows as its target kind makes maps of it (`BandContract.activate`:
+        the softmax for classes), float32 on the CPU; a temporal model is given its stack with `dates`."""
         batch = torch.from_numpy(x)
-        if len(batch) == 1:
-            batch = torch.cat([batch, batch])  # as `eoscale predict` does: a batch of one takes other CPU kernels
+        if len(batch) == 1:  # as `eoscale predict` does: a batch of one takes other CPU kernels
+            batch = torch.cat([batch, batch])
+            dates = None if dates is None else torch.cat([dates, dates])
+            date_valid = None if date_valid is None else torch.cat([date_valid, date_valid])
         batch = batch.to(self.device)
         autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if self.device.type == "cuda"
                     else torch.autocast("cpu", enabled=False))
         with torch.inference_mode(), autocast:
-            logits = self.network(batch)
+            if self.takes_dates:
+                logits = self.network(batch.unflatten(1, (self.steps, -1)), dates=dates.to(self.device),
+                                      date_valid=date_valid.to(self.device))
+            else:
+                logits = self.network(batch)
         with torch.inference_mode():
             return self.contract.activate(logits)[: len(x)].cpu()
 
@@ -140,8 +164,18 @@ class ServedModel:
                 raise PyTritonBadParameterError(
                     f"input 'valid' has shape {list(v.shape)}: expected [{w.shape[0]}, {w.shape[2]}, {w.shape[3]}], "
                     "one mask per window of 'windows'")
-        x = self.normalise(np.concatenate(windows), np.concatenate(valid))
-        probs = self.probabilities(x)
+        dates = None
+        if self.takes_dates:
+            given = [np.asarray(r.data["dates"]) if "dates" in r.data else None for r in requests]
+            if any(d is None for d in given):
+                from pytriton.exceptions import PyTritonBadParameterError
+
+                raise PyTritonBadParameterError(
+                    f"model {self.name!r} is a temporal model of {self.steps} dates: give input 'dates' "
+                    f"[{self.steps}] int32, each date in days since 1970-01-01")
+            dates = np.concatenate([np.broadcast_to(d, (len(w), self.steps)) for d, w in zip(given, windows, strict=True)])
+        x, days, held = self.prepare(np.concatenate(windows), np.concatenate(valid), dates)
+        probs = self.probabilities(x, days, held)
         answers, start = [], 0
         for request, w in zip(requests, windows, strict=True):
             p = probs[start : start + len(w)]
@@ -162,3 +196,14 @@ class ServedModel:
             out["class"] = self.codes[index.numpy()]
             out["confidence"] = confidence.half().numpy()
         return {k: v for k, v in out.items() if k in names}
+
+
+def takes_dates(network: nn.Module) -> bool:
+    """Whether `network` is a temporal model that takes its stack's dates (`eoscale.models.temporal`: `dates`,
+    `date_valid`); the one test of `eoscale.infer.stacked`, which serve does not import."""
+    import inspect
+
+    try:
+        return "date_valid" in inspect.signature(network.forward).parameters
+    except (TypeError, ValueError):
+        return False

@@ -19,6 +19,7 @@ from eoscale.cli import main
 from eoscale.contract import CONTRACT_KEY, BandContract
 from eoscale.infer.predict import read_strip
 from eoscale.infer.windows import WindowGrid
+from eoscale.inputs.spec import infer
 from eoscale.raster.fused import predict_other_sensors
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import open_scene
@@ -91,7 +92,8 @@ def test_each_sensor_reads_zero_where_it_has_no_data(place):
     (dropped,) = predict_other_sensors(scenes[:1], groups, missing="dropout")
     assert [f["sensor"] for f in fused.fused] == ["sentinel-1"] and fused.fused[0]["orbit_state"] == "ascending"
     assert dropped.fused[0]["missing"]
-    mean, scale = np.zeros((12, 1, 1), np.float32), np.ones((12, 1, 1), np.float32)  # the values as read
+    spec = infer(bands=(*SENTINEL2_NAMES, *RADAR), sensor="sentinel-2", record=SENSORS, steps=1, tile_size=32,
+                 nodata=0).with_statistics([0.0] * 12, [1.0] * 12)  # the values as read
     grid = WindowGrid.make(fused.height, fused.width, window=32, overlap=0.0)  # 3 × 4 windows tiling the scene
     with SceneReader(fused) as reader, SceneReader(dropped) as without:
         block = reader.read_masked(0, 0, fused.height, fused.width)
@@ -99,8 +101,8 @@ def test_each_sensor_reads_zero_where_it_has_no_data(place):
         assert (optical_missing & ~radar_missing).any() and (radar_missing & ~optical_missing).any()
         seen = np.zeros((12, fused.height, fused.width), np.float32)
         for row in range(grid.rows.count):
-            strip = read_strip(reader, grid, row, mean=mean, scale=scale)
-            plain = read_strip(without, grid, row, mean=mean, scale=scale).windows.numpy()
+            strip = read_strip(reader, grid, row, spec=spec)
+            plain = read_strip(without, grid, row, spec=spec).windows.numpy()
             assert (plain[:, 10:] == 0).all()  # dropout: the radar channels all 0, the optical ones as with radar
             np.testing.assert_array_equal(plain[:, :10], strip.windows.numpy()[:, :10])
             for k, window in enumerate(strip.windows.numpy()):
@@ -139,13 +141,12 @@ def test_a_served_model_zeroes_each_sensor_as_predict_does(place, fused_checkpoi
     served = ServedModel("local", model.network, model.contract, {})
     scenes = [open_scene(str(place.scene_paths[0])), open_scene(str(place.sar_items[0].parent))]
     (fused,) = predict_other_sensors(scenes, model.contract.sensor_groups())
-    mean, scale = model.contract.normalisation()
     grid = WindowGrid.make(fused.height, fused.width, window=32, overlap=0.0)
     blanked = 0
     with SceneReader(fused) as reader:
         for row in range(grid.rows.count):
-            local = read_strip(reader, grid, row, mean=mean, scale=scale)
-            raw = read_strip(reader, grid, row, mean=None, scale=None)
+            local = read_strip(reader, grid, row, spec=model.contract.spec())
+            raw = read_strip(reader, grid, row, spec=None)
             valid = np.stack([raw.valid[:, k * 32:(k + 1) * 32] for k in range(grid.cols.count)])
             np.testing.assert_array_equal(served.normalise(raw.windows.numpy().astype(np.uint16), valid),
                                           local.windows.numpy())

@@ -189,10 +189,12 @@ def test_a_known_kind_without_a_writer_is_refused_in_one_line(checkpoint, scene,
     assert code == 2 and "\n" not in err and "no output writer for target kind 'change'" in err
 
 
-def test_serving_refuses_a_kind_it_has_no_tensors_for():
+def test_serving_takes_every_date_of_a_season_model():
+    """Serve refused temporal models before issue 47 (this test asserted the refusal); it now takes every date's bands
+    (and their `dates` for a network that reads them: tests/serve/test_serve_temporal.py)."""
     from eoscale.serve.landcover import ServedModel
 
     contract = BandContract(("B02",), (0.0,), (1.0,), 32, ({"code": 1, "name": "a", "color": "#000000"},),
                             time_steps=3)
-    with pytest.raises(InputError, match="is a temporal model of 3 dates: eoscale serve answers single-date and change"):
-        ServedModel("season", torch.nn.Conv2d(3, 1, 1), contract, {})
+    inputs, _ = ServedModel("season", torch.nn.Conv2d(3, 1, 1), contract, {}).tensors()
+    assert [(t.name, tuple(t.shape)) for t in inputs] == [("windows", (3, 32, 32)), ("valid", (32, 32))]

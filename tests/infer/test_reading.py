@@ -7,15 +7,18 @@ import threading
 import numpy as np
 import pytest
 
+from eoscale.bands import SENTINEL2_NAMES
 from eoscale.errors import InputError
 from eoscale.infer.predict import read_ahead, read_strip
 from eoscale.infer.windows import Span, WindowGrid
+from eoscale.inputs.spec import infer
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import open_scene
 from tests.checkpoints import MEAN, STD
 from tests.rasters import damaged_copy
 
-NORM = {"mean": np.float32(MEAN)[:, None, None], "scale": 1 / np.float32(STD)[:, None, None]}
+NORM = {"spec": infer(bands=SENTINEL2_NAMES, sensor="sentinel-2", record=None, steps=1, tile_size=32,
+                      nodata=0).with_statistics(MEAN, STD)}
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 7])

@@ -162,6 +162,8 @@ def test_predict_maps_a_place_from_its_dated_scenes_with_a_temporal_checkpoint(t
     with rasterio.open(landcover) as src, rasterio.open(scenes[0]) as first:
         assert src.transform == first.transform and src.shape == first.shape
         assert set(np.unique(src.read(1))) - {src.nodata} <= table
-    # a single date is a stack of one: mapped too (a missing date is a masked step, as in training)
+    # a single date of a season model is refused in one line, nothing written (issue 47: it was mapped silently, as
+    # if the season's other dates were clouded)
     assert main(["predict", "--checkpoint", str(checkpoint), "--input", str(scenes[0]), "--output",
-                 str(tmp_path / "one"), "--window", "32", "--no-progress"]) == 0
+                 str(tmp_path / "one"), "--window", "32", "--no-progress"]) == 2
+    assert not list((tmp_path / "one").glob("*.tif"))
