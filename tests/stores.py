@@ -68,6 +68,11 @@ def make_sensor_store(folder: Path, *, sensors: tuple[tuple[str, int], ...] = SE
         record.append({"name": name, "bands": bands[start:start + count]})
         start += count
     group.attrs[schema.ATTR_SENSORS] = record
+    # and its input spec as ingest records it from those attributes (`eoscale.inputs.spec`)
+    from eoscale.inputs.spec import SPEC_KEY, InputSpec
+
+    attrs = {k: v for k, v in group.attrs.asdict().items() if k != SPEC_KEY}
+    group.attrs[SPEC_KEY] = InputSpec.from_store_attrs(attrs).to_dict(statistics=False)
     if gaps:
         images = zarr.open_array(str(out / schema.IMAGES), mode="r+")  # (tile, time, band, y, x)
         first, second = sensors[0][1], sensors[0][1] + sensors[1][1]

@@ -183,6 +183,13 @@ class InputSpec:
         stats = attrs.get(schema.ATTR_STATISTICS) or {}
         if attrs.get(SPEC_KEY):
             spec = cls.from_dict(attrs[SPEC_KEY])
+            recorded = [(g["name"], list(g["bands"])) for g in attrs.get(schema.ATTR_SENSORS) or ()]
+            if recorded and recorded != [(g["name"], list(g["bands"])) for g in spec.record() or ()]:
+                raise InputError(f"the store's input spec ({SPEC_KEY}) and its sensors attribute name other band "
+                                 f"groups ({spec.record()} and {list(attrs[schema.ATTR_SENSORS])}): the store was "
+                                 f"edited after ingest; ingest it again")
+            if attrs.get(schema.ATTR_NODATA) is not None:  # the store's own attribute, as its statistics are
+                spec = replace(spec, nodata=float(attrs[schema.ATTR_NODATA]))
         else:
             series = (attrs.get(schema.ATTR_INGEST) or {}).get("time_series") or {}
             spec = infer(bands=attrs[schema.ATTR_BANDS], sensor=attrs.get(schema.ATTR_SENSOR),

@@ -59,10 +59,16 @@ def test_an_old_store_gets_the_spec_its_attributes_imply():
     composited = {**attrs, schema.ATTR_TIME_STEPS: 4, schema.ATTR_INGEST: {"time_series": {"composite": 16}}}
     timeline = InputSpec.from_store_attrs(composited).composite
     assert (timeline.kind, timeline.steps, timeline.interval, timeline.reducer) == ("calendar", 4, 16, "median")
-    # a recorded spec wins over what the attributes imply, with the store's statistics joined
-    recorded = {**attrs, "input_spec": spec.to_dict(statistics=False) | {"nodata": 7.0}}
-    assert InputSpec.from_store_attrs(recorded).nodata == 7.0
+    # a recorded spec wins over what the attributes imply, with the store's own statistics and nodata joined (the
+    # attributes the pixels were written with)
+    recorded = {**attrs, "input_spec": spec.to_dict(statistics=False) | {"presence": "group_nodata", "nodata": 7.0}}
+    assert InputSpec.from_store_attrs(recorded).nodata == attrs[schema.ATTR_NODATA]
     assert InputSpec.from_store_attrs(recorded).std == tuple(attrs[schema.ATTR_STATISTICS]["std"])
+    # a store whose sensors attribute was edited after ingest disagrees with its spec: refused, not half-believed
+    edited = {**recorded, schema.ATTR_SENSORS: [{"name": "sentinel-2", "bands": list(spec.bands[:2])},
+                                                {"name": "sentinel-1", "bands": list(spec.bands[2:])}]}
+    with pytest.raises(InputError, match="edited after ingest; ingest it again"):
+        InputSpec.from_store_attrs(edited)
 
 
 def test_an_old_checkpoint_gets_the_groups_it_was_read_with_and_a_new_one_keeps_its_spec():
@@ -94,13 +100,15 @@ def test_serve_reads_a_sensor_absent_where_its_bands_are_at_the_specs_nodata():
     assert torch.equal(prepare(spec, t.clone(), presence=presence_from_nodata(spec, t)), torch.from_numpy(x))
 
 
-def test_predict_refuses_a_composite_checkpoint_on_raw_scenes():
-    spec = BandContract(tuple(SENTINEL2_NAMES), (1.0,) * 10, (1.0,) * 10, 32, tuple(TABLE.to_records()),
-                        time_steps=4).spec()
+def test_a_composite_checkpoint_tells_predict_its_interval_and_is_not_refused():
+    """predict composites a composite checkpoint's raw scenes onto its intervals (`eoscale.raster.fused_season`,
+    bit-identical to ingest's: tests/infer/test_composite_predict.py) from the interval its spec records."""
+    from eoscale.infer.stacked import trained_composite
+
+    old = BandContract(tuple(SENTINEL2_NAMES), (1.0,) * 10, (1.0,) * 10, 32, tuple(TABLE.to_records()), time_steps=4)
     composite = InputSpec(sensors=(SensorInput("sentinel-2", tuple(SENTINEL2_NAMES), Timeline("calendar", 4, 16,
                                                                                              "median")),), tile_size=32)
     contract = BandContract(tuple(SENTINEL2_NAMES), (1.0,) * 10, (1.0,) * 10, 32, tuple(TABLE.to_records()),
                             time_steps=4, input_spec=composite.to_dict())
-    with pytest.raises(InputError, match="16 median composites.*--composite 16"):
-        check_scenes(contract, [], what="checkpoint 'season.ckpt'")
-    assert spec.composite is None  # an old season checkpoint: its scenes' own dates
+    assert trained_composite(contract) == 16 and trained_composite(old) is None  # an old one: its scenes' own dates
+    check_scenes(contract, [], what="checkpoint 'season.ckpt'")  # no refusal: predict composites
