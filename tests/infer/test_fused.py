@@ -180,12 +180,13 @@ def test_a_place_seen_only_by_radar_maps_with_dropout_and_is_refused_without(pla
     groups = parse_groups(SENSORS, (*SENTINEL2_NAMES, *RADAR))
     (alone,) = predict_other_sensors([s1], groups, missing="dropout")
     assert alone.id == s1.id and alone.sensor == "sentinel-2" and alone.fused[0]["scene"] == s1.id
-    mean, scale = np.zeros((12, 1, 1), np.float32), np.ones((12, 1, 1), np.float32)  # the values as read
+    spec = infer(bands=(*SENTINEL2_NAMES, *RADAR), sensor="sentinel-2", record=SENSORS, steps=1, tile_size=32,
+                 nodata=0).with_statistics((0.0,) * 12, (1.0,) * 12)  # the values as read
     grid = WindowGrid.make(alone.height, alone.width, window=32, overlap=0.0)
     with SceneReader(alone) as reader, SceneReader(s1) as own:
         raw = own.read_masked(0, 0, s1.height, s1.width)
         for row in range(grid.rows.count):
-            windows = read_strip(reader, grid, row, mean=mean, scale=scale).windows.numpy()
+            windows = read_strip(reader, grid, row, spec=spec).windows.numpy()
             assert (windows[:, :10] == 0).all()  # the optical channels: absent everywhere
             for k, window in enumerate(windows):
                 ys, xs = slice(row * 32, (row + 1) * 32), slice(k * 32, (k + 1) * 32)

@@ -18,6 +18,7 @@ from eoscale.bands import SENTINEL2_NAMES
 from eoscale.cli import main
 from eoscale.infer.predict import read_strip
 from eoscale.infer.windows import WindowGrid
+from eoscale.inputs.spec import infer
 from eoscale.raster.fused_season import season_steps
 from eoscale.raster.reader import SceneReader
 from eoscale.raster.sources import open_scene
@@ -79,12 +80,13 @@ def test_each_sensor_is_present_on_its_own_dates_only(season, tmp_path):
     (stack,) = stack_scenes(steps, 4, require="any")
     assert [str(d) for d in stack.dates] == ["2024-02-14", "2024-05-01", "2024-07-03", "2024-11-20"]
     assert stack.id == optical[0].id and stack.transform == optical[0].transform
-    mean, scale = np.zeros((4 * 12, 1, 1), np.float32), np.ones((4 * 12, 1, 1), np.float32)  # values as read
+    spec = infer(bands=BANDS, sensor="sentinel-2", record=SENSORS, steps=4, tile_size=32,
+                 nodata=0).with_statistics((0.0,) * 12, (1.0,) * 12)  # values as read
     grid = WindowGrid.make(SIZE, SIZE, window=32, overlap=0.0)
     seen = np.zeros((4, 12, SIZE, SIZE), np.float32)
     with StackReader(stack) as reader:
         for row in range(grid.rows.count):
-            windows = read_strip(reader, grid, row, mean=mean, scale=scale).windows.numpy()
+            windows = read_strip(reader, grid, row, spec=spec).windows.numpy()
             for k, window in enumerate(windows):
                 seen[:, :, row * 32:(row + 1) * 32, k * 32:(k + 1) * 32] = window.reshape(4, 12, 32, 32)
 
