@@ -37,8 +37,12 @@ print(json.dumps({"before": before, "peak": status("VmHWM:")}))
 
 
 def _growth(checkpoint: Path, warm: Path, target: Path, out: Path, **options) -> int:
+    # one malloc arena: no per-thread arena noise; GDAL's block cache bounded (5 % of RAM by default): small here;
+    # glibc giving freed memory back from 64 KiB on, as Dask's nannies set it (distributed.nanny.pre-spawn-environ,
+    # which a nanny started in this process writes into os.environ): without it the measurement depended on whether
+    # an earlier test had started a local Dask cluster (alone, the small scene's growth read ~11 MB lower: failed)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
-           "GDAL_CACHEMAX": "8", "MALLOC_ARENA_MAX": "1"}  # one malloc arena: no per-thread arena noise; GDAL's block cache is bounded (5% of RAM by default); keep it small here
+           "GDAL_CACHEMAX": "8", "MALLOC_ARENA_MAX": "1", "MALLOC_TRIM_THRESHOLD_": "65536"}
     done = subprocess.run([sys.executable, "-c", MEASURE, str(checkpoint), str(warm), str(target), str(out),
                            json.dumps(options)],
                           env=env, capture_output=True, text=True, timeout=600)
