@@ -200,17 +200,6 @@ class BandContract:
             logits = logits / self.temperature
         return logits.softmax(dim=1)
 
-    def normalisation(self, dates: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """`(mean, scale)`, float32 of shape (dates * bands, 1, 1): a window's pixels go to the network as
-        `(x - mean) * scale`, nodata as 0 (`scale` = 1 / std; eoscale's stages prepare windows with the input spec,
-        `spec()` and `eoscale.inputs.prepare`, which computes the same float32 values); a window of several
-        `dates` holds every date's bands, date after date, each normalised as one date's. A band of std 0 (a
-        checkpoint trained on a store written before such bands were refused) is refused (`check_std`)."""
-        check_std(self.bands, self.std, what="the checkpoint's band contract")
-        mean = np.tile(np.asarray(self.mean, dtype=np.float32), dates)[:, None, None]
-        scale = np.tile(1.0 / np.maximum(np.asarray(self.std, dtype=np.float32), 1e-6), dates)[:, None, None]
-        return mean, scale
-
     def check(self, store: BandContract, *, what: str = "checkpoint") -> None:
         """Raise `BandMismatchError` naming the first difference between this contract and the store's."""
         self.check_dates(store.time_steps, what=what)

@@ -13,6 +13,7 @@ import inspect
 import torch
 from torch import Tensor, nn
 
+from eoscale.inputs.prepare import dates_held
 from eoscale.models.temporal import NO_DATE  # the loader's marker of an unknown date
 
 EPOCH = dt.date(1970, 1, 1)
@@ -39,7 +40,7 @@ class DatedStack(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, channels, h, w = x.shape
         stack = x.reshape(b, self.steps, channels // self.steps, h, w)
-        date_valid = (stack != 0).flatten(2).any(dim=2).to(x.dtype)
+        date_valid = dates_held(stack).to(x.dtype)  # a date with no data reads 0 everywhere (the preparation)
         dates = self.dates.to(x.device).expand(b, -1)
         return self.network(stack, dates=dates, date_valid=date_valid)
 

@@ -73,11 +73,6 @@ def split_by_sensor(scenes: list[Scene], reference: str) -> tuple[list[Scene], d
     return refs, others
 
 
-def overlap(reference: Scene, other: Scene) -> float:
-    """The share of `reference`'s footprint (its bounds) that `other`'s bounds cover, in `reference`'s CRS."""
-    return grid_share(reference, other)
-
-
 def _days(reference: Scene, other: Scene) -> int | None:
     if reference.date is None or other.date is None:
         return None
@@ -88,7 +83,7 @@ def choose(reference: Scene, candidates: list[Scene]) -> tuple[Scene, float] | N
     """The scene of `candidates` (one sensor's) to warp onto `reference` and the share of it that it covers: the
     largest share to a percent, then the nearest date (an undated scene after dated ones), then the id; None where
     none overlaps it."""
-    scored = [(c, overlap(reference, c)) for c in candidates]
+    scored = [(c, grid_share(reference, c)) for c in candidates]
     scored = [(c, share) for c, share in scored if share > 0]
     if not scored:
         return None
@@ -268,7 +263,7 @@ def check_trained(scenes: list[Scene], groups) -> list[str]:
 
 def unseen(refs: list[Scene], scenes: list[Scene]) -> list[Scene]:
     """The `scenes` (another sensor's) that no reference scene overlaps at all: places only they see."""
-    return [s for s in scenes if not any(overlap(ref, s) > 0 for ref in refs)]
+    return [s for s in scenes if not any(grid_share(ref, s) > 0 for ref in refs)]
 
 
 def work_folder() -> Path:
@@ -320,6 +315,6 @@ def sensors_record(scene: Scene) -> list[dict]:
     return groups
 
 
-__all__ = ["MISSING_SENSOR", "blank_scene", "check_trained", "choose", "fused_file", "missing_file", "missing_message", "on_grid", "overlap",
+__all__ = ["MISSING_SENSOR", "blank_scene", "check_trained", "choose", "fused_file", "missing_file", "missing_message", "on_grid",
            "pair_scenes", "predict_other_sensors", "record", "reference_sensor", "sensors_in_order", "sensors_record", "split_by_sensor", "unseen",
            "with_other_sensors", "work_folder", "write_fused"]

@@ -32,7 +32,6 @@ from eoscale.raster.fused import (
     blank_scene,
     check_trained,
     missing_message,
-    overlap,
     unseen,
     with_other_sensors,
     work_folder,
@@ -123,7 +122,7 @@ def _step(grid: Scene, seen: list[Scene], date: dt.date, trained: list[str], ban
     for name in trained[1:]:
         found = by_sensor.get(name, [])
         other = found[0] if len(found) == 1 else _composite(grid, found, date, folder) if found else None
-        pairs[name] = (other, overlap(ref, other)) if other is not None else None
+        pairs[name] = (other, grid_share(ref, other)) if other is not None else None
     (step,) = with_other_sensors([ref], [pairs], folder, bands={name: bands[name] for name in trained[1:]})
     return step
 
