@@ -56,6 +56,15 @@ def start_server(checkpoint: Path, log: Path, *extra: str, shell_background: boo
     return Server(process, f"http://127.0.0.1:{http}", f"grpc://127.0.0.1:{grpc}", log, checkpoint)
 
 
+def stop_server(started: Server) -> None:
+    """Stop a fixture's server as a user does (SIGTERM: it drains and exits), and whatever is left of its group."""
+    started.process.send_signal(signal.SIGTERM)
+    try:
+        started.process.wait(timeout=60)
+    finally:
+        stop_group(started.process)
+
+
 def stop_group(process: subprocess.Popen) -> None:
     """Kill what is left of a server's process group (the tests' cleanup after a failure)."""
     try:
@@ -80,11 +89,7 @@ def server(served_checkpoint, tmp_path_factory):
     """The shared server: models `landcover` and `landcover-alps`."""
     started = start_server(served_checkpoint, tmp_path_factory.mktemp("server") / "serve.log", "--adapter", "alps")
     yield started
-    started.process.send_signal(signal.SIGTERM)
-    try:
-        started.process.wait(timeout=60)
-    finally:
-        stop_group(started.process)
+    stop_server(started)
 
 
 @pytest.fixture(scope="session")

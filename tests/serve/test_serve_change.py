@@ -3,15 +3,13 @@ both dates' bands (`[B, 2 * C, T, T]`), and the change map made over the server 
 
 from __future__ import annotations
 
-import signal
-
 import pytest
 import rasterio
 
 from eoscale.cli import main
 from eoscale.synth import synthesize
 from tests.infer.test_change_predict import TILE, change_checkpoint
-from tests.serve.conftest import start_server, stop_group
+from tests.serve.conftest import start_server, stop_server
 
 
 @pytest.fixture(scope="module")
@@ -20,11 +18,7 @@ def change_server(tmp_path_factory):
     pairs = synthesize(root / "pairs", scenes=1, size=96, seed=6, change=True).out_dir
     started = start_server(change_checkpoint(root / "change.ckpt"), root / "serve.log")
     yield started, pairs
-    started.process.send_signal(signal.SIGTERM)
-    try:
-        started.process.wait(timeout=60)
-    finally:
-        stop_group(started.process)
+    stop_server(started)
 
 
 @pytest.mark.slow  # a Triton server (about 10 s to start)

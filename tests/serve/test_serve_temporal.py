@@ -6,7 +6,6 @@ issue 47 serve refused any temporal model. A request without its dates, or of on
 from __future__ import annotations
 
 import datetime as dt
-import signal
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from eoscale.raster.sources import open_scene
 from eoscale.raster.stack import open_reader, stack_scenes
 from eoscale.synth import synthesize
 from tests.checkpoints import MEAN, STD, TABLE
-from tests.serve.conftest import start_server, stop_group
+from tests.serve.conftest import start_server, stop_server
 
 TILE = 32
 STEPS = 3
@@ -49,11 +48,7 @@ def season_server(tmp_path_factory):
     made = synthesize(root / "set", scenes=1, size=64, seed=5, dates=STEPS, layout="multiband")
     started = start_server(season_checkpoint(root / "season.ckpt"), root / "serve.log")
     yield started, made
-    started.process.send_signal(signal.SIGTERM)
-    try:
-        started.process.wait(timeout=60)
-    finally:
-        stop_group(started.process)
+    stop_server(started)
 
 
 def _request(server, windows, valid=None, dates=None):

@@ -4,8 +4,6 @@ server equals the local one, and class outputs or --confidence asked of it are r
 
 from __future__ import annotations
 
-import signal
-
 import numpy as np
 import pytest
 import rasterio
@@ -13,7 +11,7 @@ import rasterio
 from eoscale.cli import main
 from eoscale.contract import TARGET_TAG
 from eoscale.infer.remote import RemoteNetwork
-from tests.serve.conftest import start_server, stop_group
+from tests.serve.conftest import start_server, stop_server
 from tests.train.test_regression import RUN, heights_store  # noqa: F401  (the fixture)
 
 
@@ -26,11 +24,7 @@ def values_server(heights_store, tmp_path_factory):  # noqa: F811
                  "--trainer.logger", "false", *RUN]) == 0
     started = start_server(root / "checkpoints" / "last.ckpt", root / "serve.log")
     yield started
-    started.process.send_signal(signal.SIGTERM)
-    try:
-        started.process.wait(timeout=60)
-    finally:
-        stop_group(started.process)
+    stop_server(started)
 
 
 def test_predict_over_the_server_writes_the_local_value_map(values_server, heights_store, tmp_path, capsys):  # noqa: F811
