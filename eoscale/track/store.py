@@ -23,10 +23,15 @@ HTTP_POLICY = {
 
 
 def client_policy(uri: str) -> None:
-    """Apply `HTTP_POLICY` before talking to the tracking store at `uri` (a no-op for a SQLite or file store)."""
+    """Apply `HTTP_POLICY` before talking to the tracking store at `uri`; a SQLite store that does not exist yet is
+    made from the cached empty schema (`eoscale.track.new_store`: seconds less than MLflow's migrations)."""
     if uri.startswith(("http:", "https:")):
         for name, value in HTTP_POLICY.items():
             os.environ.setdefault(name, value)
+    elif uri.startswith("sqlite:///") and "?" not in uri and sqlite_path(uri).name not in ("", ":memory:"):
+        from eoscale.track.new_store import seed_sqlite_store
+
+        seed_sqlite_store(sqlite_path(uri).resolve())
 
 
 def default_tracking_uri(root_dir: str | os.PathLike | None = None) -> str:
