@@ -31,7 +31,7 @@ def pytest_configure(config):
     root = tempfile.mkdtemp(prefix="eoscale-tests-")
     os.environ[_SESSION_TMP] = os.environ["TMPDIR"] = root
     # eoscale's cache (the empty MLflow schema new SQLite stores are copied from) in the session's folder, not ~
-    os.environ["EOSCALE_CACHE_DIR"] = os.path.join(root, "cache")
+    os.environ.setdefault("EOSCALE_CACHE_DIR", os.path.join(root, "cache"))
     tempfile.tempdir = None
     config._eoscale_tmpdir = root
     if os.environ.get("EOSCALE_TEST_DURATIONS"):
