@@ -208,6 +208,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     # a checkpoint of a store from before ingest refused a band of std 0: refused before any work, naming the band
     check_std(model.contract.bands, model.contract.std, what=f"checkpoint {str(config.checkpoint or config.model)!r}")
     band_map = parse_band_map(config.band_map)
+    notes: list[str] = []  # which scenes made each place: said once every check has passed (a refusal is one line)
     statics = static_bands(model.contract.bands)  # a DEM's layers the checkpoint was trained with (--static)
     groups = model.contract.sensor_groups()
     several = len([g for g in groups if g.name != COPDEM]) > 1  # a checkpoint of several sensors
@@ -223,7 +224,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     steps = model.contract.time_steps
     composite = trained_composite(model.contract) if steps > 1 else None  # a model fitted on composites of its dates
     if steps > 1 and (several or composite is not None):  # each place's steps of all its sensors (raster.fused_season)
-        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite)
+        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite, say=notes.append)
     elif several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
         opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:
@@ -253,6 +254,8 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     if writer.cell() > 1:  # the field's cells must tile the windows: refused before any scene is read
         AxisGrid.make(window, window, config.overlap).coarsened(writer.cell())
     readers = config.readers or reading_threads(model.device)
+    for note in notes if outputs else []:  # once: the ranks of a distributed predict prepare again without outputs
+        print(f"eoscale predict: {note}", file=sys.stderr)
     return Plan(model, scenes, window, config.overlap, config.column_tile, readers, writer)
 
 
