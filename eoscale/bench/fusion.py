@@ -3,6 +3,7 @@
     eoscale bench fusion                                     # 8 scenes of 384 px, clouds 0/50/90 %, 500 steps a fit
     eoscale bench fusion --clouds 0.5,0.9 --steps 1000 --label steps1000
     eoscale bench fusion --scenes 3 --size 128 --steps 4 --record ''     # a smoke run
+    eoscale bench fusion --dates 6                           # seasons of S1 + S2, S2, S1: eoscale.bench.fusion_season
 
 One synthetic ground (`eoscale synth --sensors s2,s1`: the optical scenes and, of the same land cover, Sentinel-1
 VV/VH backscatter with speckle, water dark, built-up bright, forest volume scattering) is seen by the optical sensor
@@ -161,14 +162,23 @@ def evaluate(task, index: list[int], batches: list[dict], n: int, *, drop: list[
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenes", type=int, default=8, help="synthetic scenes (default: 8)")
-    parser.add_argument("--size", type=int, default=384, help="scene edge in pixels of 10 m (default: 384)")
+    parser.add_argument("--scenes", type=int, default=None,
+                        help="synthetic scenes, with --dates places (default: 8; with --dates 6)")
+    parser.add_argument("--size", type=int, default=None,
+                        help="scene edge in pixels of 10 m (default: 384; with --dates 256)")
     parser.add_argument("--tile-size", type=int, default=64, help="tile edge in pixels (default: 64)")
     parser.add_argument("--clouds", default="0,0.5,0.9",
                         help="cloud covers of the optical scenes, comma-separated fractions (default: 0,0.5,0.9)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which inputs to fit (default: {','.join(ARMS)})")
-    parser.add_argument("--steps", type=int, default=500, help="training steps of every network (default: 500)")
-    parser.add_argument("--batch-size", type=int, default=RECIPE["batch_size"])
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps of every network (default: 500; with --dates 150)")
+    parser.add_argument("--dates", type=int, default=None,
+                        help="compare seasons of N optical dates (and the radar passes between them) instead of one "
+                        "date: the U-TAE on S1 + S2, S2 and S1 seasons (eoscale.bench.fusion_season)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="with --dates: fits of each arm, seeds --seed, --seed+1, … (default: 3)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"(default: {RECIPE['batch_size']}; with --dates 8)")
     parser.add_argument("--sensor-dropout", type=float, default=RECIPE["sensor_dropout"],
                         help=f"of the fused network (default: {RECIPE['sensor_dropout']})")
     parser.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
@@ -197,6 +207,15 @@ def _parse(args: argparse.Namespace) -> tuple[list[float], list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    season = args.dates is not None
+    for key, single, seasons in (("scenes", 8, 6), ("size", 384, 256), ("steps", 500, 150),
+                                 ("batch_size", RECIPE["batch_size"], 8)):
+        if getattr(args, key) is None:
+            setattr(args, key, seasons if season else single)
+    if season:
+        from eoscale.bench.fusion_season import run as run_season
+
+        return run_season(args)
     import torch
 
     from eoscale.bench.record import record
