@@ -164,6 +164,8 @@ BLOCKS: dict[tuple[str, str], object] = {
     ("docs/how-to/time-series.md", "eoscale pretrain --config configs/temporal_mae_pretrain.yaml "
                                    "--data.init_args.store runs/season.zarr"):
         PARSE("the seasons above; a temporal ViT pretrained and fine-tuned (tests/train run both)"),
+    ("docs/how-to/time-series.md", "eoscale pipeline run pipelines/season-fused.yaml    # a few CPU minutes; "
+                                   "everything in runs/season-fused/"): PARSE("tests/test_season_fused_pipeline.py runs it"),
     ("docs/how-to/time-series.md", "eoscale pipeline run pipelines/season.yaml          # a few CPU minutes; "
                                    "everything in runs/season/"): PARSE("tests/test_season_pipeline.py runs it"),
     ("docs/how-to/time-series.md", "eoscale bench temporal --steps 1500                   # the recorded run, about "
