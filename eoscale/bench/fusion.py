@@ -36,25 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
+from eoscale.bench.fusion_arms import ARMS, OPTICAL, RADAR, cloud_mask, parse_arms
 from eoscale.classes import IGNORE_INDEX
 from eoscale.models.metrics import confusion_matrix, confusion_scores
 
 # the quick start's recipe (configs/quickstart/fit.yaml: ResNet-18 + FPN, 64-channel decoder), the fusion stems on top
 RECIPE = {"backbone": "resnet18", "decoder_channels": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup_fraction": 0.1,
           "batch_size": 16, "sensor_dropout": 0.2}
-ARMS = ("s2", "s1", "s1+s2")
-OPTICAL, RADAR = "sentinel-2", "sentinel-1"
-CLOUD_SCALES = (60.0, 20.0, 6.0)  # synth's cloud field (`eoscale.synth.render.cloud_masks`), in 20 m pixels
-
-
-def cloud_mask(shape: tuple[int, int], cover: float, rng: np.random.Generator) -> np.ndarray:
-    """Clouds over exactly `cover` of a scene: synth's fractal cloud field thresholded at that quantile (drawn on the
-    20 m grid, as synth does, and repeated onto the 10 m one)."""
-    from eoscale.synth.noise import fbm, quantile_mask
-
-    coarse = ((shape[0] + 1) // 2, (shape[1] + 1) // 2)
-    mask = quantile_mask(fbm(coarse, CLOUD_SCALES, rng), cover)
-    return np.repeat(np.repeat(mask, 2, axis=0), 2, axis=1)[: shape[0], : shape[1]]
 
 
 def clouded_set(source: Path, out: Path, cover: float, *, seed: int) -> Path:
@@ -186,26 +174,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", default="", help="a name for this run in the record")
 
 
-def _parse(args: argparse.Namespace) -> tuple[list[float], list[str]]:
-    from eoscale.errors import InputError
-
-    try:
-        covers = [float(v) for v in str(args.clouds).split(",") if v.strip()]
-    except ValueError:
-        covers = []
-    if not covers or any(not 0 <= c < 1 for c in covers):
-        raise InputError(f"--clouds {args.clouds!r}: give cloud covers as fractions in [0, 1), e.g. 0,0.5,0.9")
-    arms = [a.strip() for a in str(args.arms).split(",") if a.strip()]
-    if not arms or any(a not in ARMS for a in arms):
-        raise InputError(f"--arms {args.arms!r}: choose among {','.join(ARMS)}")
-    if args.steps < 1 or args.scenes < 2 or args.size < 2 * args.tile_size:
-        raise InputError(f"need --steps >= 1, --scenes >= 2 (a val split) and --size of at least two tiles; got "
-                         f"{args.steps}, {args.scenes} and {args.size}")
-    if not 0 <= args.sensor_dropout < 1:
-        raise InputError(f"--sensor-dropout {args.sensor_dropout}: give a probability in [0, 1)")
-    return covers, arms
-
-
 def run(args: argparse.Namespace) -> int:
     season = args.dates is not None
     for key, single, seasons in (("scenes", 8, 6), ("size", 384, 256), ("steps", 500, 150),
@@ -224,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.store.open import read_store_attrs
     from eoscale.synth.dataset import synthesize
 
-    covers, arms = _parse(args)
+    covers, arms = parse_arms(args)
     recipe = {**RECIPE, "batch_size": args.batch_size, "sensor_dropout": args.sensor_dropout}
     started = time.perf_counter()
     results: dict[str, dict] = {}

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eoscale.bench.fusion import OPTICAL, RADAR, cloud_mask
+from eoscale.bench.fusion_arms import OPTICAL, RADAR, cloud_mask, parse_arms
 from eoscale.bench.temporal import RECIPE as TEMPORAL_RECIPE
 from eoscale.bench.temporal import split_arrays
 from eoscale.classes import IGNORE_INDEX
@@ -168,10 +168,9 @@ def verdict(arms: dict) -> dict:
 
 def check(args: argparse.Namespace) -> tuple[list[float], list[str], list[int]]:
     """The covers, arms and fit seeds of a season run; a bad value is one line."""
-    from eoscale.bench.fusion import _parse
     from eoscale.errors import InputError
 
-    covers, arms = _parse(args)
+    covers, arms = parse_arms(args)
     if args.dates < 2:
         raise InputError(f"--dates {args.dates}: a season needs at least 2 dates")
     if args.seeds < 1:

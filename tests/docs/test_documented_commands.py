@@ -171,7 +171,7 @@ BLOCKS: dict[tuple[str, str], object] = {
     ("docs/how-to/time-series.md", "eoscale bench temporal --steps 1500                   # the recorded run, about "
                                    "15 minutes on 2 cores"): PARSE("a benchmark of 15 CPU minutes"),
     ("docs/how-to/time-series.md", "eoscale bench fusion --dates 6 --tile-size 32 --steps 150 --workers 0   # the "
-                                   "recorded run, about 13 minutes on 2 cores"): PARSE("a benchmark of 13 CPU minutes"),
+                                   "recorded run, about 11 minutes on 2 cores"): PARSE("a benchmark of 11 CPU minutes"),
     ("docs/how-to/uncertainty.md", "eoscale calibrate runs/best.ckpt --store runs/tiles.zarr                 # "
                                    "writes runs/best.calibrated.ckpt"): PARSE("a checkpoint and store of the reader's"),
     ("docs/how-to/uncertainty.md", "eoscale predict --checkpoint runs/best.ckpt --input 'scenes/*.tif' --output "
