@@ -18,7 +18,7 @@ BENCHMARKS = {
     "calibration": ("eoscale.bench.calibration", "temperature scaling: test-split ECE before/after (fitted on val); entropy on wrong vs right pixels and its AUROC for errors, also from predict's uncertainty COG on an unseen scene"),
     "embed": ("eoscale.bench.embed", "eoscale embed's throughput against eoscale predict's on the same backbone and scene, alternated: the ratio of median windows/s (goal >= 0.9)"),
     "fewshot": ("eoscale.bench.fewshot", "a few-shot head (10 points a class) on the embedding field of an encoder trained on other synthetic scenes against a random forest on the raw bands given the same points, over seeds"),
-    "fusion": ("eoscale.bench.fusion", "Sentinel-1 beside Sentinel-2 under 0/50/90 % cloud on the optical scenes: S2 alone vs S1 alone vs S1 + S2 (per-sensor stems, sensor dropout), val mIoU on the same pixels at equal steps"),
+    "fusion": ("eoscale.bench.fusion", "Sentinel-1 beside Sentinel-2 under 0/50/90 % cloud on the optical scenes: S2 alone vs S1 alone vs S1 + S2 (per-sensor stems, sensor dropout), val mIoU on the same pixels at equal steps; with --dates N seasons of S1 + S2 vs S2 vs S1 (U-TAE, 3 seeds)"),
     "gpu": ("eoscale.bench.gpu", "one accelerator: bf16 ViT-B/16 training samples/s and MFU, the loader's data-wait share at that speed, an FSDP2 step (scripts/gpu-check.sh)"),
     "ingest": ("eoscale.bench.ingest", "ingest throughput against reading + compressing the same windows without Zarr/Dask"),
     "loader": ("eoscale.bench.loader", "training loader throughput against decode-only, random zarr reads and rasterio windows"),

@@ -3,6 +3,7 @@
     eoscale bench fusion                                     # 8 scenes of 384 px, clouds 0/50/90 %, 500 steps a fit
     eoscale bench fusion --clouds 0.5,0.9 --steps 1000 --label steps1000
     eoscale bench fusion --scenes 3 --size 128 --steps 4 --record ''     # a smoke run
+    eoscale bench fusion --dates 6                           # seasons of S1 + S2, S2, S1: eoscale.bench.fusion_season
 
 One synthetic ground (`eoscale synth --sensors s2,s1`: the optical scenes and, of the same land cover, Sentinel-1
 VV/VH backscatter with speckle, water dark, built-up bright, forest volume scattering) is seen by the optical sensor
@@ -35,25 +36,13 @@ from pathlib import Path
 
 import numpy as np
 
+from eoscale.bench.fusion_arms import ARMS, OPTICAL, RADAR, cloud_mask, parse_arms
 from eoscale.classes import IGNORE_INDEX
 from eoscale.models.metrics import confusion_matrix, confusion_scores
 
 # the quick start's recipe (configs/quickstart/fit.yaml: ResNet-18 + FPN, 64-channel decoder), the fusion stems on top
 RECIPE = {"backbone": "resnet18", "decoder_channels": 64, "lr": 2e-3, "weight_decay": 0.01, "warmup_fraction": 0.1,
           "batch_size": 16, "sensor_dropout": 0.2}
-ARMS = ("s2", "s1", "s1+s2")
-OPTICAL, RADAR = "sentinel-2", "sentinel-1"
-CLOUD_SCALES = (60.0, 20.0, 6.0)  # synth's cloud field (`eoscale.synth.render.cloud_masks`), in 20 m pixels
-
-
-def cloud_mask(shape: tuple[int, int], cover: float, rng: np.random.Generator) -> np.ndarray:
-    """Clouds over exactly `cover` of a scene: synth's fractal cloud field thresholded at that quantile (drawn on the
-    20 m grid, as synth does, and repeated onto the 10 m one)."""
-    from eoscale.synth.noise import fbm, quantile_mask
-
-    coarse = ((shape[0] + 1) // 2, (shape[1] + 1) // 2)
-    mask = quantile_mask(fbm(coarse, CLOUD_SCALES, rng), cover)
-    return np.repeat(np.repeat(mask, 2, axis=0), 2, axis=1)[: shape[0], : shape[1]]
 
 
 def clouded_set(source: Path, out: Path, cover: float, *, seed: int) -> Path:
@@ -161,14 +150,23 @@ def evaluate(task, index: list[int], batches: list[dict], n: int, *, drop: list[
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenes", type=int, default=8, help="synthetic scenes (default: 8)")
-    parser.add_argument("--size", type=int, default=384, help="scene edge in pixels of 10 m (default: 384)")
+    parser.add_argument("--scenes", type=int, default=None,
+                        help="synthetic scenes, with --dates places (default: 8; with --dates 6)")
+    parser.add_argument("--size", type=int, default=None,
+                        help="scene edge in pixels of 10 m (default: 384; with --dates 256)")
     parser.add_argument("--tile-size", type=int, default=64, help="tile edge in pixels (default: 64)")
     parser.add_argument("--clouds", default="0,0.5,0.9",
                         help="cloud covers of the optical scenes, comma-separated fractions (default: 0,0.5,0.9)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"which inputs to fit (default: {','.join(ARMS)})")
-    parser.add_argument("--steps", type=int, default=500, help="training steps of every network (default: 500)")
-    parser.add_argument("--batch-size", type=int, default=RECIPE["batch_size"])
+    parser.add_argument("--steps", type=int, default=None,
+                        help="training steps of every network (default: 500; with --dates 150)")
+    parser.add_argument("--dates", type=int, default=None,
+                        help="compare seasons of N optical dates (and the radar passes between them) instead of one "
+                        "date: the U-TAE on S1 + S2, S2 and S1 seasons (eoscale.bench.fusion_season)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="with --dates: fits of each arm, seeds --seed, --seed+1, … (default: 3)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help=f"(default: {RECIPE['batch_size']}; with --dates 8)")
     parser.add_argument("--sensor-dropout", type=float, default=RECIPE["sensor_dropout"],
                         help=f"of the fused network (default: {RECIPE['sensor_dropout']})")
     parser.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
@@ -176,27 +174,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", default="", help="a name for this run in the record")
 
 
-def _parse(args: argparse.Namespace) -> tuple[list[float], list[str]]:
-    from eoscale.errors import InputError
-
-    try:
-        covers = [float(v) for v in str(args.clouds).split(",") if v.strip()]
-    except ValueError:
-        covers = []
-    if not covers or any(not 0 <= c < 1 for c in covers):
-        raise InputError(f"--clouds {args.clouds!r}: give cloud covers as fractions in [0, 1), e.g. 0,0.5,0.9")
-    arms = [a.strip() for a in str(args.arms).split(",") if a.strip()]
-    if not arms or any(a not in ARMS for a in arms):
-        raise InputError(f"--arms {args.arms!r}: choose among {','.join(ARMS)}")
-    if args.steps < 1 or args.scenes < 2 or args.size < 2 * args.tile_size:
-        raise InputError(f"need --steps >= 1, --scenes >= 2 (a val split) and --size of at least two tiles; got "
-                         f"{args.steps}, {args.scenes} and {args.size}")
-    if not 0 <= args.sensor_dropout < 1:
-        raise InputError(f"--sensor-dropout {args.sensor_dropout}: give a probability in [0, 1)")
-    return covers, arms
-
-
 def run(args: argparse.Namespace) -> int:
+    season = args.dates is not None
+    for key, single, seasons in (("scenes", 8, 6), ("size", 384, 256), ("steps", 500, 150),
+                                 ("batch_size", RECIPE["batch_size"], 8)):
+        if getattr(args, key) is None:
+            setattr(args, key, seasons if season else single)
+    if season:
+        from eoscale.bench.fusion_season import run as run_season
+
+        return run_season(args)
     import torch
 
     from eoscale.bench.record import record
@@ -205,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.store.open import read_store_attrs
     from eoscale.synth.dataset import synthesize
 
-    covers, arms = _parse(args)
+    covers, arms = parse_arms(args)
     recipe = {**RECIPE, "batch_size": args.batch_size, "sensor_dropout": args.sensor_dropout}
     started = time.perf_counter()
     results: dict[str, dict] = {}

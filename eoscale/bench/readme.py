@@ -204,6 +204,28 @@ def fusion(rec: Records) -> list[str]:
     return table(["cloud", "S2 alone", "S1 alone", "S1 + S2", "gain over S2", "S1 + S2, no optical data at all"], rows)
 
 
+FUSION_SEASON = "2026-12-07T19:34"  # the record of `eoscale bench fusion --dates` the table shows (its date's start)
+
+
+def fusion_season(rec: Records) -> list[str]:
+    r = rec.one("fusion_season", FUSION_SEASON)
+    names = {"s2": "S2 season", "s1": "S1 season", "s1+s2": "S1 + S2 season"}
+
+    def cell(arm: dict) -> str:
+        m = arm["miou"]
+        return f"{m['mean']:.3f} ± {m['std']:.3f} ({m['min']:.3f}–{m['max']:.3f})"
+
+    rows = []
+    for row in r["results"].values():
+        top = max(a["miou"]["mean"] for a in row["arms"].values())
+        cells = [f"**{cell(row['arms'][k])}**" if row["arms"][k]["miou"]["mean"] == top else cell(row["arms"][k])
+                 for k in names]
+        rows.append([f"{row['cover'] * 100:.0f} %", *cells, names[row["best_single"]],
+                     f"{row['gain_over_best_single']:+.3f}", "yes" if row["fused_beats_best_single"] else "no"])
+    return table(["cloud on the optical dates", *names.values(), "best single sensor", "S1 + S2 minus it",
+                  "fused beats it"], rows)
+
+
 def train(rec: Records) -> list[str]:
     r = rec.one("train", "2026-12-03T06:48")
     fsdp, ddp = r["fit_fsdp2"], r["fit_ddp2"]
@@ -371,7 +393,7 @@ def strategies(rec: Records) -> list[str]:
 
 TABLES: dict[str, Callable[[Records], list[str]]] = {
     "ingest-small": ingest_small, "ingest-full": ingest_full, "loader": loader, "learning-seeds": learning_seeds,
-    "calibration": calibration, "regression": regression, "temporal": temporal, "fusion": fusion, "train": train, "adapters-10pct": adapters_ten_percent,
+    "calibration": calibration, "regression": regression, "temporal": temporal, "fusion": fusion, "fusion-season": fusion_season, "train": train, "adapters-10pct": adapters_ten_percent,
     "adapters-1pct": adapters_one_percent, "adapters-decisive": adapters_decisive, "adapters-first": adapters_first,
     "predict-4096": predict_small, "predict-full": predict_full, "predict-memory": predict_memory,
     "launchers": launchers, "serve": serve, "strategies": strategies,

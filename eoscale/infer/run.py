@@ -191,9 +191,9 @@ def _tidy_left_overs(root: Path, *, keep: str) -> None:
         print(f"eoscale predict: removed {folder}, left by an interrupted run", file=sys.stderr)
 
 
-def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool = True) -> Plan:
+def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool = True, say: bool = True) -> Plan:
     """Load the model, open and check every scene (and, if `outputs`, every scene's outputs); raises the
-    first user error found."""
+    first user error found. With `say`, the lines on which scenes made each place go to stderr once all is checked."""
     if config.server:
         from eoscale.infer.remote import connect_model, served_model_name
 
@@ -208,6 +208,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     # a checkpoint of a store from before ingest refused a band of std 0: refused before any work, naming the band
     check_std(model.contract.bands, model.contract.std, what=f"checkpoint {str(config.checkpoint or config.model)!r}")
     band_map = parse_band_map(config.band_map)
+    notes: list[str] = []  # which scenes made each place: said once every check has passed (a refusal is one line)
     statics = static_bands(model.contract.bands)  # a DEM's layers the checkpoint was trained with (--static)
     groups = model.contract.sensor_groups()
     several = len([g for g in groups if g.name != COPDEM]) > 1  # a checkpoint of several sensors
@@ -223,7 +224,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     steps = model.contract.time_steps
     composite = trained_composite(model.contract) if steps > 1 else None  # a model fitted on composites of its dates
     if steps > 1 and (several or composite is not None):  # each place's steps of all its sensors (raster.fused_season)
-        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite)
+        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite, say=notes.append)
     elif several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
         opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:
@@ -253,6 +254,8 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     if writer.cell() > 1:  # the field's cells must tile the windows: refused before any scene is read
         AxisGrid.make(window, window, config.overlap).coarsened(writer.cell())
     readers = config.readers or reading_threads(model.device)
+    for note in notes if say else []:
+        print(f"eoscale predict: {note}", file=sys.stderr)
     return Plan(model, scenes, window, config.overlap, config.column_tile, readers, writer)
 
 
@@ -296,17 +299,19 @@ def check_outputs(config: PredictConfig, scene_ids: list[str], writer: OutputWri
 def _spawned(rank: int, world: int, run_id: str, config: PredictConfig) -> None:
     # the spawned processes share this machine's cores: split them instead of each taking all
     torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // world))
-    run_rank(rank, world, run_id, config, local_rank=rank)
+    run_rank(rank, world, run_id, config, local_rank=rank, say=False)  # the parent's prepare has said its notes
 
 
-def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local_rank: int = 0) -> Plan:
+def run_rank(rank: int, world: int, run_id: str, config: PredictConfig, *, local_rank: int = 0,
+             say: bool = True) -> Plan:
     """This process's share of the run: its parts of scenes, and the scenes it finalises."""
     work = Path(config.output) / WORK_DIR / run_id
     try:
         with ExitStack() as stack:
             # a heartbeat, so that a process waiting for this one finds out if it dies (eoscale.infer.distributed)
             heartbeat = stack.enter_context(Heartbeat(work, rank)) if world > 1 else None
-            plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False)
+            plan = prepare(config, device=pick_device(config.device, local_rank), outputs=False,
+                           say=say and rank == 0)
             tasks = deal(plan.scenes, rank, world)
             # only the process that finalises a scene checks its outputs: another may finish its own scene (and
             # write its outputs) before this one gets here

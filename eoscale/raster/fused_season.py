@@ -3,9 +3,12 @@ several dates (of several sensors, or of composites).
 
 Places: the reference sensor's scenes (the checkpoint's first group: the optical one) are grouped by the one rule of
 ingest and predict (`eoscale.raster.places`: overlapping footprints), and each other sensor's scene joins every place
-whose grid it covers by more than half (`MIN_SHARE`, as ingest joins them); the scenes no reference scene overlaps (a
-cloudy season seen by radar only, `--missing-sensor dropout`) are places of their own, by the same rule. A place's grid
-is its earliest scene of the reference sensor, else its earliest scene.
+whose grid it covers by more than half (`MIN_SHARE`, as ingest joins them). The scenes no reference scene overlaps are
+places of their own, by the same rule, with `--missing-sensor dropout` (a cloudy season seen by radar only) or where no
+scene of the reference sensor was given at all (then refused without that option); beside reference scenes and without
+dropout they are left out, named in predict's log: a user gives one place's optical scenes and the folder of every
+radar pass of the region, and the passes over the other places are not that place's. A place's grid is its earliest
+scene of the reference sensor, else its earliest scene.
 
 Steps, as ingest makes them: one a date of any of the place's sensors; or, for a checkpoint fitted on composites (its
 input spec's calendar: `eoscale.infer.stacked.trained_composite`), the intervals from the place's earliest date on,
@@ -21,6 +24,7 @@ all is refused in one line, or absent on every step with `--missing-sensor dropo
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -44,23 +48,32 @@ from eoscale.sensors.sentinel1 import SENTINEL1
 
 
 def season_steps(scenes: list[Scene], groups, steps: int, *, missing: str = "refuse",
-                 composite: int | str | None = None, folder: Path | None = None) -> list[Scene]:
+                 composite: int | str | None = None, folder: Path | None = None,
+                 say: Callable[[str], None] | None = None) -> list[Scene]:
     """The time steps of every place of `scenes` (module docstring), each a scene of the reference sensor's bands
     followed by the other sensors' on the place's grid, dated; `groups` are the checkpoint's `SensorGroup`s (the
     reference sensor first, a DEM's last; one group: a season of one sensor), `steps` its dates (for the refusal of
-    an undated scene), `composite` the interval of its steps (days, or "monthly") where it was fitted on composites."""
+    an undated scene), `composite` the interval of its steps (days, or "monthly") where it was fitted on composites.
+    `say` gets a line for each place naming the scenes of each sensor it is made of, and one for the scenes left out."""
     reference = groups[0].name
     trained = check_trained(scenes, groups)
     check_dated(scenes, steps)
     folder = folder or work_folder()
     bands = {g.name: list(g.bands) for g in groups}
+    grouped, left_out = places(scenes, reference, alone=missing == "dropout")
+    say = say or (lambda line: None)
+    if left_out:
+        say(f"left out {len(left_out)} scene(s) that overlap none of the {reference} scenes given: "
+            f"{', '.join(s.id for s in left_out)}")
     out = []
-    for members in places(scenes, reference):
+    for members in grouped:
         grid = next((s for s in members if s.sensor == reference), members[0])
         absent = [name for name in trained if not any(s.sensor == name for s in members)]
         if absent and missing != "dropout":
             given = any(s.sensor == absent[0] for s in scenes)
             raise InputError(missing_message(grid, absent[0], given=given, dropout=True))
+        used = {name: [s.id for s in members if s.sensor == name] for name in trained}
+        say(f"place {grid.id}: " + "; ".join(f"{name} {len(ids)} ({', '.join(ids)})" for name, ids in used.items()))
         for date, seen in timeline(members, composite):
             out.append(_step(grid, seen, date, trained, bands, folder / grid.id / date.isoformat()))
     return out
@@ -78,19 +91,23 @@ def timeline(members: list[Scene], composite: int | str | None) -> list[tuple[dt
     return [(start, [s for s in members if start <= s.date < stop]) for start, stop in zip(starts, stops, strict=True)]
 
 
-def places(scenes: list[Scene], reference: str) -> list[list[Scene]]:
-    """The places of `scenes`, each its scenes earliest first: the reference sensor's scenes grouped by the one rule
-    (`eoscale.raster.places`), each with every other sensor's scene that covers more than `MIN_SHARE` of its grid (as
-    ingest's season of several sensors joins them; a radar swath over two tiles is in both), then the places of the
-    other scenes that overlap no reference scene at all, grouped by the same rule."""
+def places(scenes: list[Scene], reference: str, *, alone: bool = False) -> tuple[list[list[Scene]], list[Scene]]:
+    """The places of `scenes`, each its scenes earliest first, and the scenes left out: the reference sensor's scenes
+    grouped by the one rule (`eoscale.raster.places`), each with every other sensor's scene that covers more than
+    `MIN_SHARE` of its grid (as ingest's season of several sensors joins them; a radar swath over two tiles is in
+    both); then the other scenes that overlap no reference scene at all: places of their own, grouped by the same
+    rule, if `alone` (places seen without the reference sensor are wanted) or no reference scene was given, else left
+    out."""
     refs = [s for s in scenes if s.sensor == reference]
     out = [[refs[m] for m in group.members] for group in group_scenes(refs, group_by="footprint")]
     rest = [s for s in scenes if s.sensor != reference]
     for members in out:  # the place's grid is its earliest reference scene's
         members += [s for s in rest if grid_share(members[0], s) > MIN_SHARE]
     lonely = unseen(refs, rest)
+    if refs and not alone:
+        return [sorted(members, key=lambda s: s.date) for members in out], lonely
     out += [[lonely[m] for m in group.members] for group in group_scenes(lonely, group_by="footprint")]
-    return [sorted(members, key=lambda s: s.date) for members in out]
+    return [sorted(members, key=lambda s: s.date) for members in out], []
 
 
 def _step(grid: Scene, seen: list[Scene], date: dt.date, trained: list[str], bands: dict[str, list[str]],

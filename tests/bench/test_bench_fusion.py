@@ -45,3 +45,39 @@ def test_bench_fusion_refuses_bad_options(capsys):
     assert main(["bench", "fusion", "--arms", "s3", "--record", ""]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "--clouds" in err[0] and "--arms" in err[1]
+
+
+@pytest.mark.slow  # 6 tiny U-TAE fits (about 25 s on 2 cores)
+def test_bench_fusion_of_seasons_scores_every_arm_and_seed_on_the_same_pixels(tmp_path, capfd):
+    assert main(["bench", "fusion", "--dates", "4", "--scenes", "3", "--size", "128", "--tile-size", "32",
+                 "--clouds", "0.5", "--steps", "2", "--seeds", "2", "--batch-size", "4", "--workers", "0",
+                 "--record", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "fusion_season.json").read_text())[-1]
+    assert record["benchmark"] == "fusion_season" and record["budget"]["seeds"] == [0, 1]
+    assert record["data"]["composite"] == "93d"  # one optical date an interval of synth's 4-date season
+    row = record["results"]["0.5"]
+    assert sorted(row["arms"]) == ["s1", "s1+s2", "s2"] and row["val_pixels"] > 0
+    # about half of the optical pixel-steps under cloud (the rest of the steps hold no optical date at all)
+    assert 0.2 < row["optical_clear_share"] < 0.7
+    for arm in row["arms"].values():
+        runs = arm["seeds"]
+        assert sorted(runs) == ["0", "1"] and all(r["steps"] == 2 for r in runs.values())
+        # guards: seeds that changed nothing (the same weights and order whatever the seed)
+        assert (runs["0"]["miou"], runs["0"]["accuracy"]) != (runs["1"]["miou"], runs["1"]["accuracy"])
+        mious = [r["miou"] for r in runs.values()]
+        assert arm["miou"]["mean"] == pytest.approx(np.mean(mious))
+        assert arm["miou"]["std"] == pytest.approx(np.std(mious, ddof=1))
+    singles = {k: row["arms"][k]["miou"]["mean"] for k in ("s1", "s2")}
+    assert row["best_single"] == max(singles, key=singles.get)
+    assert row["gain_over_best_single"] == pytest.approx(row["arms"]["s1+s2"]["miou"]["mean"] - max(singles.values()))
+    assert row["fused_beats_best_single"] == (row["gain_over_best_single"] > 0)
+    assert record["goal_met"] == row["fused_beats_best_single"]
+    out, _ = capfd.readouterr()
+    assert "S1 + S2 over the best single sensor" in out
+
+
+def test_bench_fusion_of_seasons_refuses_bad_options(capsys):
+    assert main(["bench", "fusion", "--dates", "1", "--record", ""]) == 2
+    assert main(["bench", "fusion", "--dates", "4", "--seeds", "0", "--record", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "--dates" in err[0] and "--seeds" in err[1]

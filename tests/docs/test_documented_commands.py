@@ -164,10 +164,14 @@ BLOCKS: dict[tuple[str, str], object] = {
     ("docs/how-to/time-series.md", "eoscale pretrain --config configs/temporal_mae_pretrain.yaml "
                                    "--data.init_args.store runs/season.zarr"):
         PARSE("the seasons above; a temporal ViT pretrained and fine-tuned (tests/train run both)"),
+    ("docs/how-to/time-series.md", "eoscale pipeline run pipelines/season-fused.yaml    # a few CPU minutes; "
+                                   "everything in runs/season-fused/"): PARSE("tests/test_season_fused_pipeline.py runs it"),
     ("docs/how-to/time-series.md", "eoscale pipeline run pipelines/season.yaml          # a few CPU minutes; "
                                    "everything in runs/season/"): PARSE("tests/test_season_pipeline.py runs it"),
     ("docs/how-to/time-series.md", "eoscale bench temporal --steps 1500                   # the recorded run, about "
                                    "15 minutes on 2 cores"): PARSE("a benchmark of 15 CPU minutes"),
+    ("docs/how-to/time-series.md", "eoscale bench fusion --dates 6 --tile-size 32 --steps 150 --workers 0   # the "
+                                   "recorded run, about 11 minutes on 2 cores"): PARSE("a benchmark of 11 CPU minutes"),
     ("docs/how-to/uncertainty.md", "eoscale calibrate runs/best.ckpt --store runs/tiles.zarr                 # "
                                    "writes runs/best.calibrated.ckpt"): PARSE("a checkpoint and store of the reader's"),
     ("docs/how-to/uncertainty.md", "eoscale predict --checkpoint runs/best.ckpt --input 'scenes/*.tif' --output "

@@ -112,6 +112,8 @@ def test_a_place_of_both_sensors_maps_from_its_raw_scenes(season, checkpoint, tm
     inputs = [*map(str, season["optical"]), *map(str, season["radar"])]
     assert main(["predict", "--checkpoint", str(checkpoint), "--input", *inputs, "--output", str(tmp_path / "maps"),
                  "--window", str(TILE), "--device", "cpu", "--no-progress"]) == 0
+    said = capsys.readouterr().err  # predict's log names the scenes of each sensor the place was made of
+    assert "sentinel-1 2 (" in said and "sentinel-2 3 (" in said, said
     (landcover,) = (tmp_path / "maps").glob("*_landcover.tif")  # one map of the place, on its first optical grid
     assert landcover.name == f"{season['optical'][0].stem}_landcover.tif"
     assert cog_validate(str(landcover), quiet=True)[0]

@@ -42,5 +42,21 @@ def test_a_radar_swath_over_two_tiles_joins_both_and_radar_alone_is_a_place_of_i
     swath = _scene("swath", -20, -20, day=4, sensor="sentinel-1", size=300)
     alone = [_scene("s1-far", 2000, 0, day=2, sensor="sentinel-1"), _scene("s1-far-2", 2002, 1, day=8,
                                                                            sensor="sentinel-1")]
-    found = places([west, swath, east, *alone], "sentinel-2")
+    found, left_out = places([west, swath, east, *alone], "sentinel-2", alone=True)  # --missing-sensor dropout
     assert [[s.id for s in members] for members in found] == [["swath", "west"], ["swath", "east"], ["s1-far", "s1-far-2"]]
+    assert left_out == []
+
+
+def test_radar_passes_over_other_places_are_left_out_beside_optical_scenes():
+    # guards: predict given one place's optical scenes and the folder of every radar pass of the region (synth's sar/,
+    # a user's download) made places of the passes over the other places and refused them for lacking optical data
+    here = [_scene("here-1", 0, 0, day=1), _scene("here-2", 0, 0, day=9)]
+    over_here = _scene("s1-here", -10, -10, day=4, sensor="sentinel-1", size=120)
+    elsewhere = [_scene("s1-far", 2000, 0, day=4, sensor="sentinel-1"), _scene("s1-far-2", 2400, 0, day=4,
+                                                                               sensor="sentinel-1")]
+    found, left_out = places([*elsewhere, *here, over_here], "sentinel-2")
+    assert [[s.id for s in members] for members in found] == [["here-1", "s1-here", "here-2"]]
+    assert [s.id for s in left_out] == ["s1-far", "s1-far-2"]
+    # no optical scene given at all: the radar scenes are the places (predict refuses them without dropout)
+    found, left_out = places(elsewhere, "sentinel-2")
+    assert [[s.id for s in members] for members in found] == [["s1-far"], ["s1-far-2"]] and left_out == []

@@ -17,11 +17,12 @@ MODEL_CONFIGS = sorted(p for p in CONFIGS.glob("*.yaml") if p not in OPTIONS)
 LARGE_CONFIGS = {CONFIGS / "vit_l16_seg.yaml", CONFIGS / "mae_vit_h14_pretrain.yaml"}
 FRAGMENTS = sorted(p for p in CONFIGS.glob("strategy/*.yaml"))  # go with any model config
 # overlays of one config each: the quick start's recipe (pipelines/quickstart.yaml), its fine-tuning on a sample's
-# labelling points (pipelines/active-learning.yaml) and the season pipeline's U-TAE (pipelines/season.yaml; fitted on
-# a store of dates in tests/test_season_pipeline.py)
+# labelling points (pipelines/active-learning.yaml) and the season pipelines' U-TAE (pipelines/season.yaml and
+# season-fused.yaml; fitted on a store of dates in tests/test_season_pipeline.py and test_season_fused_pipeline.py)
 OVERLAYS = {CONFIGS / "quickstart" / "fit.yaml": CONFIGS / "resnet18_seg.yaml",
             CONFIGS / "quickstart" / "finetune.yaml": CONFIGS / "resnet18_seg.yaml",
-            CONFIGS / "quickstart" / "season.yaml": CONFIGS / "temporal_utae.yaml"}
+            CONFIGS / "quickstart" / "season.yaml": CONFIGS / "temporal_utae.yaml",
+            CONFIGS / "quickstart" / "season-fused.yaml": CONFIGS / "temporal_utae.yaml"}
 
 
 @pytest.fixture(scope="module")
