@@ -56,6 +56,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --scene: names of its bands if the file carries no band descriptions")
     parser.add_argument("--hold-out", choices=HOLD_OUTS, default="south",
                         help="with --scene: the half mapped and scored; the other one trains (default: south)")
+    parser.add_argument("--pretrain", type=float, default=0.0, metavar="MINUTES",
+                        help="with --scene: first pretrain the network's encoder on the whole scene's unlabelled "
+                        "pixels (both halves; --pretrain-config) for MINUTES of the --minutes budget, then fit the "
+                        "network from it for the rest (its --config must take a ViT's weights, e.g. "
+                        "configs/vit_scene_seg.yaml; default: 0, no pretraining)")
+    parser.add_argument("--pretrain-config", action=Paths, metavar="CONFIG", default="configs/mae_pretrain.yaml",
+                        help="with --pretrain: the pretraining config (default: configs/mae_pretrain.yaml)")
+    parser.add_argument("--pretrain-args", default="", metavar="ARGS",
+                        help="with --pretrain: more 'eoscale pretrain' arguments, one string (e.g. the backbone "
+                        "of the network's config: \"--model.init_args.backbone vit_tiny_patch16_224\")")
     parser.add_argument("--work", action=Paths, metavar="FOLDER", default=None,
                         help="with --scene: keep the halves, store, fits and maps in FOLDER (default: a temporary "
                         "folder, removed at the end)")
@@ -66,6 +76,9 @@ def _check_scene_args(args: argparse.Namespace) -> None:
 
     if args.labels is None or args.classes is None:
         raise InputError("--scene needs --labels RASTER and --classes CSV (the label raster and its class table)")
+    if not 0 <= args.pretrain < args.minutes:
+        raise InputError(f"--pretrain {args.pretrain:g}: give pretraining minutes from 0 to under --minutes "
+                         f"{args.minutes:g} (they count in the network's budget)")
     for option, path in (("--scene", args.scene), ("--labels", args.labels), ("--classes", args.classes)):
         if not Path(path).is_file():
             raise InputError(f"{option} {path!r}: no such file")
@@ -234,9 +247,11 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     forest = _once(runs / "forest.json", lambda: fit_forest(
         str(store), runs, config=args.forest_config,
         extra=seeded + ["--model.init_args.seed", str(seed)] + shlex.split(args.forest_args)))
+    pretrained = pretrain(args, work, runs, seed=seed) if args.pretrain else None
+    initial = ["--model.init_args.weights", pretrained["backbone"]] if pretrained else []
     network = _once(runs / "network.json", lambda: fit_network(
-        str(store), runs, config=args.config, extra=network_seed_args(seed) + shlex.split(args.fit_args),
-        minutes=args.minutes,
+        str(store), runs, config=args.config, extra=network_seed_args(seed) + initial + shlex.split(args.fit_args),
+        minutes=args.minutes - args.pretrain,
         batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
         validate_every=args.validate_every))
     mapped = {}
@@ -249,7 +264,8 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
               "forest": {**score(truth["test"], mapped["forest"]["test"].argmax(0), names),
                          "fit_seconds": forest["wall_seconds"]},
               "network": {**score(truth["test"], mapped["network"]["test"].argmax(0), names),
-                          **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")}},
+                          **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")},
+                          **({"pretraining": pretrained} if pretrained else {})},
               "stack": {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                         "val_miou_by_weight": by_weight}}
     with rasterio.open(work / "train.tif") as src:
@@ -271,6 +287,23 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
     result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in ("network", "stack", "stack_means")}
     return result
+
+
+def pretrain(args: argparse.Namespace, work: Path, runs: Path, *, seed: int) -> dict:
+    """`args.pretrain` minutes of `eoscale pretrain` (seeded `seed`) on the images of both halves, ingested without
+    labels once into `work` (the scene's unlabelled pixels are free data; the held-out half's labels are never
+    read); its figures and encoder (`backbone`), kept in `runs` like the seed's fits."""
+    from eoscale.bench.learning_fits import pretrain_encoder
+    from eoscale.ingest import ingest
+
+    store = work / f"unlabelled-{args.tile_size}px.zarr"
+    if not (store / "zarr.json").exists():
+        ingest([str(work / "train.tif"), str(work / "test.tif")], store, split=(0.9, 0.1, 0.0),
+               tile_size=args.tile_size, workers=1, progress=False)
+    return _once(runs / "pretraining.json", lambda: pretrain_encoder(
+        str(store), runs, config=args.pretrain_config, extra=["--seed_everything", str(seed)]
+        + shlex.split(args.pretrain_args), minutes=args.pretrain, batch=args.batch_size, workers=args.workers,
+        calibration_steps=args.calibration_steps, validate_every=args.validate_every))
 
 
 def _once(done: Path, fit) -> dict:
@@ -329,6 +362,8 @@ def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
         print(f"{m} - best forest ({best_forest}): {summary[m]['miou_mean'] - summary[best_forest]['miou_mean']:+.3f}")
     figures = {"label": args.label, "scene": os.path.abspath(args.scene), "labels": os.path.abspath(args.labels),
                "hold_out": args.hold_out, "minutes": args.minutes, "config": args.config, "fit_args": args.fit_args,
+               "pretrain_minutes": args.pretrain, "pretrain_config": args.pretrain_config if args.pretrain else None,
+               "pretrain_args": args.pretrain_args if args.pretrain else None,
                "seeds": seeds, "runs": results, "summary": summary, "best_forest": best_forest}
     if args.record:
         print(f"recorded in {record('learning_scene', figures, directory=args.record, seeds={'fits': seeds})}")
