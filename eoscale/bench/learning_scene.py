@@ -15,6 +15,10 @@ of `--minutes`, as `eoscale bench learning STORE` fits it) are fitted, and each 
 - `stack_means`: the stack of the network and a means forest fitted without the val tiles' pixels, its weight chosen
   on them likewise.
 
+With `--pretrain MINUTES`, one more network: `--config`'s encoder first pretrained (`eoscale pretrain`, MAE by
+default) on both halves' pixels without labels for MINUTES, then fitted from it for the rest of `--minutes`
+(`network_pretrained`), against `network` from scratch for all of them; its gain is a line of its own.
+
 A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again.
 
     eoscale bench learning --scene zion.vrt --band-names B02,B03,B04,B08 --labels labels_nlcd2011.tif \\
@@ -57,10 +61,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hold-out", choices=HOLD_OUTS, default="south",
                         help="with --scene: the half mapped and scored; the other one trains (default: south)")
     parser.add_argument("--pretrain", type=float, default=0.0, metavar="MINUTES",
-                        help="with --scene: first pretrain the network's encoder on the whole scene's unlabelled "
-                        "pixels (both halves; --pretrain-config) for MINUTES of the --minutes budget, then fit the "
-                        "network from it for the rest (its --config must take a ViT's weights, e.g. "
-                        "configs/vit_scene_seg.yaml; default: 0, no pretraining)")
+                        help="with --scene: a second network, its encoder first pretrained on the whole scene's "
+                        "unlabelled pixels (both halves; --pretrain-config) for MINUTES of the --minutes budget, then "
+                        "fitted from it for the rest, against the network from scratch for all of it (its --config "
+                        "must take a ViT's weights, e.g. configs/vit_scene_seg.yaml; default: 0, no second network)")
     parser.add_argument("--pretrain-config", action=Paths, metavar="CONFIG", default="configs/mae_pretrain.yaml",
                         help="with --pretrain: the pretraining config (default: configs/mae_pretrain.yaml)")
     parser.add_argument("--pretrain-args", default="", metavar="ARGS",
@@ -247,15 +251,23 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     forest = _once(runs / "forest.json", lambda: fit_forest(
         str(store), runs, config=args.forest_config,
         extra=seeded + ["--model.init_args.seed", str(seed)] + shlex.split(args.forest_args)))
-    pretrained = pretrain(args, work, runs, seed=seed) if args.pretrain else None
-    initial = ["--model.init_args.weights", pretrained["backbone"]] if pretrained else []
     network = _once(runs / "network.json", lambda: fit_network(
-        str(store), runs, config=args.config, extra=network_seed_args(seed) + initial + shlex.split(args.fit_args),
-        minutes=args.minutes - args.pretrain,
+        str(store), runs, config=args.config, extra=network_seed_args(seed) + shlex.split(args.fit_args),
+        minutes=args.minutes,
         batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
         validate_every=args.validate_every))
+    fits = [("forest", runs / "forest"), ("network", runs / "fit")]
+    if args.pretrain:  # the same budget: pretraining's minutes and the fit's from its encoder
+        pretrained = pretrain(args, work, runs / "pretrained", seed=seed)
+        initial = ["--model.init_args.weights", pretrained["backbone"]]
+        network_pretrained = _once(runs / "pretrained" / "network.json", lambda: fit_network(
+            str(store), runs / "pretrained", config=args.config,
+            extra=network_seed_args(seed) + initial + shlex.split(args.fit_args), minutes=args.minutes - args.pretrain,
+            batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
+            validate_every=args.validate_every))
+        fits.append(("network_pretrained", runs / "pretrained" / "fit"))
     mapped = {}
-    for model, root in (("forest", runs / "forest"), ("network", runs / "fit")):
+    for model, root in fits:
         checkpoint = _checkpoint(root)
         mapped[model] = {part: probabilities(checkpoint, work / f"{part}.tif", runs / f"maps-{model}-{part}")
                          for part in ("train", "test")}
@@ -264,8 +276,7 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
               "forest": {**score(truth["test"], mapped["forest"]["test"].argmax(0), names),
                          "fit_seconds": forest["wall_seconds"]},
               "network": {**score(truth["test"], mapped["network"]["test"].argmax(0), names),
-                          **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")},
-                          **({"pretraining": pretrained} if pretrained else {})},
+                          **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")}},
               "stack": {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                         "val_miou_by_weight": by_weight}}
     with rasterio.open(work / "train.tif") as src:
@@ -284,8 +295,14 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     weight, by_weight = choose_weight(mapped, val, names)
     result["stack_means"] = {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                              "val_miou_by_weight": by_weight}
+    if args.pretrain:
+        result["network_pretrained"] = {
+            **score(truth["test"], mapped["network_pretrained"]["test"].argmax(0), names),
+            **{k: network_pretrained[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")},
+            "pretraining": pretrained}
+        result["pretraining_gain"] = result["network_pretrained"]["miou"] - result["network"]["miou"]
     forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
-    result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in ("network", "stack", "stack_means")}
+    result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in models(args)[3:]}
     return result
 
 
@@ -332,6 +349,11 @@ def _mix(mapped: dict, part: str, weight: float) -> np.ndarray:
 MODELS = ("pixel_forest", "means_forest", "forest", "network", "stack", "stack_means")
 
 
+def models(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models scored: `MODELS`, and with `--pretrain` the network from the scene-pretrained encoder."""
+    return MODELS + (("network_pretrained",) if args.pretrain else ())
+
+
 def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
     """Every seed's fits on the scene, a table of the held-out half's mIoU (mean and spread over the seeds), and
     the record (`benchmarks/learning_scene.json`)."""
@@ -349,22 +371,29 @@ def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
         for seed in seeds:
             print(f"seed {seed}: {args.scene}, held-out half {args.hold_out} …")
             results.append(bench_scene(args, work, seed=seed))
-            print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in MODELS))
+            print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in models(args)))
     summary = {m: {"miou_mean": float(np.mean([r[m]["miou"] for r in results])),
                    "miou_std": float(np.std([r[m]["miou"] for r in results])),
-                   "accuracy_mean": float(np.mean([r[m]["accuracy"] for r in results]))} for m in MODELS}
+                   "accuracy_mean": float(np.mean([r[m]["accuracy"] for r in results]))} for m in models(args)}
     best_forest = max(("pixel_forest", "means_forest", "forest"), key=lambda m: summary[m]["miou_mean"])
     print(f"{'model':<14} {'test mIoU':>16} {'accuracy':>9}   (held-out {args.hold_out} half, {len(seeds)} seed(s))")
-    for m in MODELS:
+    for m in models(args):
         s = summary[m]
         print(f"{m:<14} {s['miou_mean']:>9.3f} ± {s['miou_std']:.3f} {s['accuracy_mean']:>9.3f}")
-    for m in ("network", "stack", "stack_means"):
+    for m in models(args)[3:]:
         print(f"{m} - best forest ({best_forest}): {summary[m]['miou_mean'] - summary[best_forest]['miou_mean']:+.3f}")
+    gain = None
+    if args.pretrain:  # its own line: the same network and budget with and without the scene-pretrained encoder
+        each = [r["pretraining_gain"] for r in results]
+        gain = {"miou_mean": float(np.mean(each)), "miou_std": float(np.std(each)), "each": each}
+        print(f"pretraining gain ({args.pretrain:g} of {args.minutes:g} min pretraining vs {args.minutes:g} min from "
+              f"scratch): {gain['miou_mean']:+.3f} ± {gain['miou_std']:.3f} test mIoU")
     figures = {"label": args.label, "scene": os.path.abspath(args.scene), "labels": os.path.abspath(args.labels),
                "hold_out": args.hold_out, "minutes": args.minutes, "config": args.config, "fit_args": args.fit_args,
                "pretrain_minutes": args.pretrain, "pretrain_config": args.pretrain_config if args.pretrain else None,
                "pretrain_args": args.pretrain_args if args.pretrain else None,
-               "seeds": seeds, "runs": results, "summary": summary, "best_forest": best_forest}
+               "seeds": seeds, "runs": results, "summary": summary, "best_forest": best_forest,
+               "pretraining_gain": gain}
     if args.record:
         print(f"recorded in {record('learning_scene', figures, directory=args.record, seeds={'fits': seeds})}")
     return 0
