@@ -372,10 +372,14 @@ def strategies(rec: Records) -> list[str]:
 
 
 # the real-scene (issue 49) and few-shot (issue 50) records: each table names the records it shows by their dates
+def _laid_out(rows: Callable) -> Callable[[Records], list[str]]:
+    return lambda rec: table(*rows(rec))
+
+
 SCENE_TABLES = {
-    "learning-scene-zion": readme_scenes.learning_scene(["2026-12-07T15:46", "2026-12-07T16:22"]),
-    "learning-scene-nc": readme_scenes.learning_scene(["2026-12-07T16:01"]),
-    "fewshot": readme_scenes.fewshot(["2026-12-07T07:18"]),
+    "learning-scene-zion": _laid_out(readme_scenes.learning_scene(["2026-12-07T15:46", "2026-12-07T16:22"])),
+    "learning-scene-nc": _laid_out(readme_scenes.learning_scene(["2026-12-07T16:01"])),
+    "fewshot": _laid_out(readme_scenes.fewshot(["2026-12-07T07:18"])),
 }
 
 TABLES: dict[str, Callable[[Records], list[str]]] = {

@@ -1,5 +1,6 @@
 """benchmarks/README.md's tables of the real-scene and few-shot records (`learning_scene.json`, `fewshot.json`),
-registered in `eoscale.bench.readme.TABLES` like the others: every figure is a record's, picked by its date."""
+registered in `eoscale.bench.readme.TABLES` like the others: every figure is a record's, picked by its date. Each
+function here gives a table's header and rows; `readme` lays them out (no import back: no circle)."""
 
 from __future__ import annotations
 
@@ -17,9 +18,7 @@ def learning_scene(dates: list[str]) -> Callable:
     """A table of `learning_scene.json`'s records dated `dates`: each model's held-out mIoU (mean ± population std
     over the record's seeds), accuracy, and its difference to the record's best forest; with `--pretrain`, the
     pretraining gain (the same network and budget with and without the scene-pretrained encoder) as its own row."""
-    def render(rec) -> list[str]:
-        from eoscale.bench.readme import table
-
+    def render(rec) -> tuple[list[str], list[list[str]]]:
         rows = []
         for date in dates:
             r = rec.one("learning_scene", date)
@@ -34,7 +33,7 @@ def learning_scene(dates: list[str]) -> Callable:
                 g = r["pretraining_gain"]
                 rows.append([setting, f"**pretraining gain** ({r['pretrain_minutes']:g} of {r['minutes']:g} min)", "",
                              f"**{g['miou_mean']:+.3f} ± {g['miou_std']:.3f}**", "vs network from scratch"])
-        return table(["record", "model", "test accuracy", "test mIoU", "− best forest"], rows)
+        return ["record", "model", "test accuracy", "test mIoU", "− best forest"], rows
 
     return render
 
@@ -42,9 +41,7 @@ def learning_scene(dates: list[str]) -> Callable:
 def fewshot(dates: list[str]) -> Callable:
     """A table of `fewshot.json`'s records dated `dates`: where, which encoder's field, the head's and the forest's
     mIoU (mean ± sample std over the seeds) and on how many seeds the head did better."""
-    def render(rec) -> list[str]:
-        from eoscale.bench.readme import table
-
+    def render(rec) -> tuple[list[str], list[list[str]]]:
         rows = []
         for date in dates:
             r = rec.one("fewshot", date)
@@ -60,8 +57,8 @@ def fewshot(dates: list[str]) -> Callable:
                          else encoder["path"].rsplit("/", 1)[-1])
             rows.append([where, f"{field} ({encoder['layer']})", str(data["per_class"]),
                          _spread(s, "head"), _spread(s, "forest"), f"{s['head_better_seeds']} of {len(r['seeds'])}"])
-        return table(["scene", "field (layer)", "points a class", "head on the field mIoU",
-                      "forest on the bands mIoU", "head better"], rows)
+        return ["scene", "field (layer)", "points a class", "head on the field mIoU", "forest on the bands mIoU",
+                "head better"], rows
 
     return render
 

@@ -60,7 +60,7 @@ def test_the_real_scene_and_fewshot_records_have_their_tables():
 def test_the_pretraining_gain_is_a_row_of_its_own(tmp_path):
     # guards: a --pretrain record whose gain over the network from scratch is not shown, or shown with another sign
     from eoscale.bench import readme_scenes
-    from eoscale.bench.readme import Records
+    from eoscale.bench.readme import Records, table
 
     models = ("pixel_forest", "means_forest", "forest", "network", "stack", "stack_means", "network_pretrained")
     summary = {m: {"miou_mean": 0.2, "miou_std": 0.01, "accuracy_mean": 0.6} for m in models}
@@ -69,6 +69,6 @@ def test_the_pretraining_gain_is_a_row_of_its_own(tmp_path):
               "minutes": 4.0, "pretrain_minutes": 2.0,
               "pretraining_gain": {"miou_mean": -0.03, "miou_std": 0.005, "each": [-0.03, -0.035, -0.025]}}
     (tmp_path / "learning_scene.json").write_text(json.dumps([record]))
-    lines = readme_scenes.learning_scene(["2026-12-07T19:00"])(Records(tmp_path))
+    lines = table(*readme_scenes.learning_scene(["2026-12-07T19:00"])(Records(tmp_path)))
     assert any("pretraining gain** (2 of 4 min)" in line and "**-0.030 ± 0.005**" in line for line in lines)
     assert any("network from the scene-pretrained encoder" in line and "-0.030 |" in line for line in lines)
