@@ -19,7 +19,8 @@ With `--pretrain MINUTES`, one more network: `--config`'s encoder first pretrain
 default) on both halves' pixels without labels for MINUTES, then fitted from it for the rest of `--minutes`
 (`network_pretrained`), against `network` from scratch for all of them; its gain is a line of its own.
 
-A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again.
+A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again, and so
+is a finished seed's result (`seed<N>/result-pretrain<MINUTES>.json`): a run cut short keeps its finished seeds.
 
     eoscale bench learning --scene zion.vrt --band-names B02,B03,B04,B08 --labels labels_nlcd2011.tif \\
         --classes classes.csv --hold-out south --minutes 3 --seeds 0,1 --label default
@@ -370,7 +371,9 @@ def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
         results = []
         for seed in seeds:
             print(f"seed {seed}: {args.scene}, held-out half {args.hold_out} …")
-            results.append(bench_scene(args, work, seed=seed))
+            # a seed that finished in --work is not run again: a run cut short keeps its finished seeds
+            results.append(_once(work / f"seed{seed}" / f"result-pretrain{args.pretrain:g}.json",
+                                 lambda seed=seed: bench_scene(args, work, seed=seed)))
             print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in models(args)))
     summary = {m: {"miou_mean": float(np.mean([r[m]["miou"] for r in results])),
                    "miou_std": float(np.std([r[m]["miou"] for r in results])),
