@@ -379,10 +379,10 @@ def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
                    "miou_std": float(np.std([r[m]["miou"] for r in results])),
                    "accuracy_mean": float(np.mean([r[m]["accuracy"] for r in results]))} for m in models(args)}
     best_forest = max(("pixel_forest", "means_forest", "forest"), key=lambda m: summary[m]["miou_mean"])
-    print(f"{'model':<14} {'test mIoU':>16} {'accuracy':>9}   (held-out {args.hold_out} half, {len(seeds)} seed(s))")
+    print(f"{'model':<18} {'test mIoU':>16} {'accuracy':>9}   (held-out {args.hold_out} half, {len(seeds)} seed(s))")
     for m in models(args):
         s = summary[m]
-        print(f"{m:<14} {s['miou_mean']:>9.3f} ± {s['miou_std']:.3f} {s['accuracy_mean']:>9.3f}")
+        print(f"{m:<18} {s['miou_mean']:>9.3f} ± {s['miou_std']:.3f} {s['accuracy_mean']:>9.3f}")
     for m in models(args)[3:]:
         print(f"{m} - best forest ({best_forest}): {summary[m]['miou_mean'] - summary[best_forest]['miou_mean']:+.3f}")
     gain = None
