@@ -380,7 +380,7 @@ SCENE_TABLES = {
     "learning-scene-zion": _laid_out(readme_scenes.learning_scene(["2026-12-07T15:46", "2026-12-07T16:22",
                                                                           "2026-12-07T19:11"])),
     "learning-scene-nc": _laid_out(readme_scenes.learning_scene(["2026-12-07T16:01"])),
-    "fewshot": _laid_out(readme_scenes.fewshot(["2026-12-07T07:18", "2026-12-07T19:15"])),
+    "fewshot": _laid_out(readme_scenes.fewshot(["2026-12-07T07:18", "2026-12-07T19:15", "2026-12-07T19:38"])),
 }
 
 TABLES: dict[str, Callable[[Records], list[str]]] = {
