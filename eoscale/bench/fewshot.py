@@ -147,7 +147,8 @@ def bench_scene(work: Path, *, scene: Path, band_names: str | None, labels: Path
         raise InputError(f"--train-rows {train_rows}: give a row inside the scene's {height}")
     started = time.perf_counter()
     result = predict(EmbedConfig(checkpoint=str(encoder), inputs=[str(scene)], output=str(work / "fields"),
-                                 layer=layer, band_names=band_names, overwrite=True, progress=False))
+                                 layer=layer, band_names=band_names.split(",") if band_names else None,
+                                 overwrite=True, progress=False))
     embed_seconds = time.perf_counter() - started
     field_path = Path(result.scenes[0].outputs["field"])
     rows = [score_seed(field_path, scene, labels, classes, seed=seed, per_class=per_class, train_rows=train_rows)

@@ -70,8 +70,8 @@ def _checkpoint(root: Path) -> Path:
 
 
 def _fit_argv(store: str, root: Path, *, config: str, extra: list[str], batch: int, workers: int,
-              steps: int) -> list[str]:
-    return [sys.executable, "-m", "eoscale", "fit", "--config", config,
+              steps: int, command: str = "fit") -> list[str]:
+    return [sys.executable, "-m", "eoscale", command, "--config", config,
             "--data.init_args.store", store, "--data.init_args.batch_size", str(batch),
             "--data.init_args.num_workers", str(workers), "--trainer.max_steps", str(steps),
             "--model.init_args.warmup_steps", str(min(50, steps // 4)), "--trainer.default_root_dir", str(root), *extra]
@@ -86,11 +86,11 @@ def _run_fit(argv: list[str], env: dict | None = None) -> str:
 
 
 def step_seconds(store: str, work: Path, *, config: str, extra: list[str], batch: int, workers: int,
-                 steps: int = 40) -> float:
+                 steps: int = 40, command: str = "fit") -> float:
     """Seconds per training step of the run below, from a short run of the same fit (no validation)."""
-    out = work / "calibration.json"
-    argv = _fit_argv(store, work / "calibration", config=config, extra=extra, batch=batch, workers=workers,
-                     steps=steps)
+    out = work / f"calibration-{command}.json" if command != "fit" else work / "calibration.json"
+    argv = _fit_argv(store, work / f"calibration-{command}" if command != "fit" else work / "calibration",
+                     config=config, extra=extra, batch=batch, workers=workers, steps=steps, command=command)
     argv += ["--trainer.limit_val_batches", "0", "--trainer.callbacks+=eoscale.bench.train.StepTimer"]
     _run_fit(argv, {"EOSCALE_BENCH_OUT": str(out)})
     timed = json.loads(out.read_text())
@@ -124,6 +124,35 @@ def fit_network(store: str, work: Path, *, config: str, extra: list[str], minute
             "max_steps": steps, "validate_every": every, "wall_seconds": wall, "val_miou_history": history,
             "checkpoint": checkpoint.name, "early_stopping": stopped[0] if stopped else None,
             "fit_warnings": warnings, **scored, **missed_classes(scored["val_classes"], warnings)}
+
+
+def pretrain_encoder(store: str, work: Path, *, config: str, extra: list[str], minutes: float, batch: int,
+                     workers: int, calibration_steps: int = 40, validate_every: int = 100) -> dict:
+    """`eoscale pretrain` (e.g. MAE, `configs/mae_pretrain.yaml`) on `store`'s images for `minutes`, its schedule
+    sized as `fit_network` sizes a fit's (a calibration run's step time, less 10 %); returns its figures and the
+    encoder it exports (`backbone`: `work/pretrain/checkpoints/backbone.safetensors`), which a fit takes as
+    `--model.init_args.weights`."""
+    # the config's checkpoint folder is relative to where it runs: every run of the bench says its own
+    calibration = ["--checkpoint.dirpath", str(work / "calibration-pretrain" / "checkpoints")]
+    seconds_per_step = step_seconds(store, work, config=config, extra=extra + calibration, batch=batch,
+                                    workers=workers, steps=calibration_steps, command="pretrain")
+    steps = max(validate_every, int(0.9 * minutes * 60 / seconds_per_step) // validate_every * validate_every)
+    root = work / "pretrain"
+    argv = _fit_argv(store, root, config=config, extra=extra, batch=batch, workers=workers, steps=steps,
+                     command="pretrain")
+    argv += ["--checkpoint.dirpath", str(root / "checkpoints"),
+             "--trainer.max_time", time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60)),
+             "--trainer.val_check_interval", str(validate_every), "--trainer.log_every_n_steps", "10"]
+    started = time.perf_counter()
+    _run_fit(argv)
+    wall = time.perf_counter() - started
+    rows = [row for path in root.rglob("metrics.csv") for row in csv.DictReader(path.open())]
+    backbone = root / "checkpoints" / "backbone.safetensors"
+    if not backbone.is_file():
+        raise RuntimeError(f"eoscale pretrain wrote no encoder at {backbone}")
+    return {"model": f"pretraining ({config})", "fit_args": extra, "minutes": minutes,
+            "seconds_per_step_calibrated": seconds_per_step, "max_steps": steps, "wall_seconds": wall,
+            "val_loss_history": _series(rows, "val_loss"), "backbone": str(backbone)}
 
 
 def missed_classes(classes: dict, warnings: list[str]) -> dict:

@@ -15,7 +15,12 @@ of `--minutes`, as `eoscale bench learning STORE` fits it) are fitted, and each 
 - `stack_means`: the stack of the network and a means forest fitted without the val tiles' pixels, its weight chosen
   on them likewise.
 
-A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again.
+With `--pretrain MINUTES`, one more network: `--config`'s encoder first pretrained (`eoscale pretrain`, MAE by
+default) on both halves' pixels without labels for MINUTES, then fitted from it for the rest of `--minutes`
+(`network_pretrained`), against `network` from scratch for all of them; its gain is a line of its own.
+
+A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again, and so
+is a finished seed's result (`seed<N>/result-pretrain<MINUTES>.json`): a run cut short keeps its finished seeds.
 
     eoscale bench learning --scene zion.vrt --band-names B02,B03,B04,B08 --labels labels_nlcd2011.tif \\
         --classes classes.csv --hold-out south --minutes 3 --seeds 0,1 --label default
@@ -56,6 +61,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="with --scene: names of its bands if the file carries no band descriptions")
     parser.add_argument("--hold-out", choices=HOLD_OUTS, default="south",
                         help="with --scene: the half mapped and scored; the other one trains (default: south)")
+    parser.add_argument("--pretrain", type=float, default=0.0, metavar="MINUTES",
+                        help="with --scene: a second network, its encoder first pretrained on the whole scene's "
+                        "unlabelled pixels (both halves; --pretrain-config) for MINUTES of the --minutes budget, then "
+                        "fitted from it for the rest, against the network from scratch for all of it (its --config "
+                        "must take a ViT's weights, e.g. configs/vit_scene_seg.yaml; default: 0, no second network)")
+    parser.add_argument("--pretrain-config", action=Paths, metavar="CONFIG", default="configs/mae_pretrain.yaml",
+                        help="with --pretrain: the pretraining config (default: configs/mae_pretrain.yaml)")
+    parser.add_argument("--pretrain-args", default="", metavar="ARGS",
+                        help="with --pretrain: more 'eoscale pretrain' arguments, one string (e.g. the backbone "
+                        "of the network's config: \"--model.init_args.backbone vit_tiny_patch16_224\")")
     parser.add_argument("--work", action=Paths, metavar="FOLDER", default=None,
                         help="with --scene: keep the halves, store, fits and maps in FOLDER (default: a temporary "
                         "folder, removed at the end)")
@@ -66,6 +81,9 @@ def _check_scene_args(args: argparse.Namespace) -> None:
 
     if args.labels is None or args.classes is None:
         raise InputError("--scene needs --labels RASTER and --classes CSV (the label raster and its class table)")
+    if not 0 <= args.pretrain < args.minutes:
+        raise InputError(f"--pretrain {args.pretrain:g}: give pretraining minutes from 0 to under --minutes "
+                         f"{args.minutes:g} (they count in the network's budget)")
     for option, path in (("--scene", args.scene), ("--labels", args.labels), ("--classes", args.classes)):
         if not Path(path).is_file():
             raise InputError(f"{option} {path!r}: no such file")
@@ -239,8 +257,18 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
         minutes=args.minutes,
         batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
         validate_every=args.validate_every))
+    fits = [("forest", runs / "forest"), ("network", runs / "fit")]
+    if args.pretrain:  # the same budget: pretraining's minutes and the fit's from its encoder
+        pretrained = pretrain(args, work, runs / "pretrained", seed=seed)
+        initial = ["--model.init_args.weights", pretrained["backbone"]]
+        network_pretrained = _once(runs / "pretrained" / "network.json", lambda: fit_network(
+            str(store), runs / "pretrained", config=args.config,
+            extra=network_seed_args(seed) + initial + shlex.split(args.fit_args), minutes=args.minutes - args.pretrain,
+            batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
+            validate_every=args.validate_every))
+        fits.append(("network_pretrained", runs / "pretrained" / "fit"))
     mapped = {}
-    for model, root in (("forest", runs / "forest"), ("network", runs / "fit")):
+    for model, root in fits:
         checkpoint = _checkpoint(root)
         mapped[model] = {part: probabilities(checkpoint, work / f"{part}.tif", runs / f"maps-{model}-{part}")
                          for part in ("train", "test")}
@@ -268,9 +296,32 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     weight, by_weight = choose_weight(mapped, val, names)
     result["stack_means"] = {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                              "val_miou_by_weight": by_weight}
+    if args.pretrain:
+        result["network_pretrained"] = {
+            **score(truth["test"], mapped["network_pretrained"]["test"].argmax(0), names),
+            **{k: network_pretrained[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")},
+            "pretraining": pretrained}
+        result["pretraining_gain"] = result["network_pretrained"]["miou"] - result["network"]["miou"]
     forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
-    result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in ("network", "stack", "stack_means")}
+    result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in models(args)[3:]}
     return result
+
+
+def pretrain(args: argparse.Namespace, work: Path, runs: Path, *, seed: int) -> dict:
+    """`args.pretrain` minutes of `eoscale pretrain` (seeded `seed`) on the images of both halves, ingested without
+    labels once into `work` (the scene's unlabelled pixels are free data; the held-out half's labels are never
+    read); its figures and encoder (`backbone`), kept in `runs` like the seed's fits."""
+    from eoscale.bench.learning_fits import pretrain_encoder
+    from eoscale.ingest import ingest
+
+    store = work / f"unlabelled-{args.tile_size}px.zarr"
+    if not (store / "zarr.json").exists():
+        ingest([str(work / "train.tif"), str(work / "test.tif")], store, split=(0.9, 0.1, 0.0),
+               tile_size=args.tile_size, workers=1, progress=False)
+    return _once(runs / "pretraining.json", lambda: pretrain_encoder(
+        str(store), runs, config=args.pretrain_config, extra=["--seed_everything", str(seed)]
+        + shlex.split(args.pretrain_args), minutes=args.pretrain, batch=args.batch_size, workers=args.workers,
+        calibration_steps=args.calibration_steps, validate_every=args.validate_every))
 
 
 def _once(done: Path, fit) -> dict:
@@ -299,6 +350,11 @@ def _mix(mapped: dict, part: str, weight: float) -> np.ndarray:
 MODELS = ("pixel_forest", "means_forest", "forest", "network", "stack", "stack_means")
 
 
+def models(args: argparse.Namespace) -> tuple[str, ...]:
+    """The models scored: `MODELS`, and with `--pretrain` the network from the scene-pretrained encoder."""
+    return MODELS + (("network_pretrained",) if args.pretrain else ())
+
+
 def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
     """Every seed's fits on the scene, a table of the held-out half's mIoU (mean and spread over the seeds), and
     the record (`benchmarks/learning_scene.json`)."""
@@ -315,21 +371,32 @@ def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
         results = []
         for seed in seeds:
             print(f"seed {seed}: {args.scene}, held-out half {args.hold_out} …")
-            results.append(bench_scene(args, work, seed=seed))
-            print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in MODELS))
+            # a seed that finished in --work is not run again: a run cut short keeps its finished seeds
+            results.append(_once(work / f"seed{seed}" / f"result-pretrain{args.pretrain:g}.json",
+                                 lambda seed=seed: bench_scene(args, work, seed=seed)))
+            print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in models(args)))
     summary = {m: {"miou_mean": float(np.mean([r[m]["miou"] for r in results])),
                    "miou_std": float(np.std([r[m]["miou"] for r in results])),
-                   "accuracy_mean": float(np.mean([r[m]["accuracy"] for r in results]))} for m in MODELS}
+                   "accuracy_mean": float(np.mean([r[m]["accuracy"] for r in results]))} for m in models(args)}
     best_forest = max(("pixel_forest", "means_forest", "forest"), key=lambda m: summary[m]["miou_mean"])
-    print(f"{'model':<14} {'test mIoU':>16} {'accuracy':>9}   (held-out {args.hold_out} half, {len(seeds)} seed(s))")
-    for m in MODELS:
+    print(f"{'model':<18} {'test mIoU':>16} {'accuracy':>9}   (held-out {args.hold_out} half, {len(seeds)} seed(s))")
+    for m in models(args):
         s = summary[m]
-        print(f"{m:<14} {s['miou_mean']:>9.3f} ± {s['miou_std']:.3f} {s['accuracy_mean']:>9.3f}")
-    for m in ("network", "stack", "stack_means"):
+        print(f"{m:<18} {s['miou_mean']:>9.3f} ± {s['miou_std']:.3f} {s['accuracy_mean']:>9.3f}")
+    for m in models(args)[3:]:
         print(f"{m} - best forest ({best_forest}): {summary[m]['miou_mean'] - summary[best_forest]['miou_mean']:+.3f}")
+    gain = None
+    if args.pretrain:  # its own line: the same network and budget with and without the scene-pretrained encoder
+        each = [r["pretraining_gain"] for r in results]
+        gain = {"miou_mean": float(np.mean(each)), "miou_std": float(np.std(each)), "each": each}
+        print(f"pretraining gain ({args.pretrain:g} of {args.minutes:g} min pretraining vs {args.minutes:g} min from "
+              f"scratch): {gain['miou_mean']:+.3f} ± {gain['miou_std']:.3f} test mIoU")
     figures = {"label": args.label, "scene": os.path.abspath(args.scene), "labels": os.path.abspath(args.labels),
                "hold_out": args.hold_out, "minutes": args.minutes, "config": args.config, "fit_args": args.fit_args,
-               "seeds": seeds, "runs": results, "summary": summary, "best_forest": best_forest}
+               "pretrain_minutes": args.pretrain, "pretrain_config": args.pretrain_config if args.pretrain else None,
+               "pretrain_args": args.pretrain_args if args.pretrain else None,
+               "seeds": seeds, "runs": results, "summary": summary, "best_forest": best_forest,
+               "pretraining_gain": gain}
     if args.record:
         print(f"recorded in {record('learning_scene', figures, directory=args.record, seeds={'fits': seeds})}")
     return 0

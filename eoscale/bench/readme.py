@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from eoscale.bench import readme_scenes
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "benchmarks" / "README.md"
 BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) [^\n]*-->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
@@ -391,12 +393,24 @@ def strategies(rec: Records) -> list[str]:
     return table(["", "state per rank", "÷ DDP", "goal", "planned", "planner error", "step s (repeats)", "÷ DDP"], rows)
 
 
+# the real-scene (issue 49) and few-shot (issue 50) records: each table names the records it shows by their dates
+def _laid_out(rows: Callable) -> Callable[[Records], list[str]]:
+    return lambda rec: table(*rows(rec))
+
+
+SCENE_TABLES = {
+    "learning-scene-zion": _laid_out(readme_scenes.learning_scene(["2026-12-07T15:46", "2026-12-07T16:22",
+                                                                          "2026-12-07T19:11"])),
+    "learning-scene-nc": _laid_out(readme_scenes.learning_scene(["2026-12-07T16:01"])),
+    "fewshot": _laid_out(readme_scenes.fewshot(["2026-12-07T07:18", "2026-12-07T19:15", "2026-12-07T19:38"])),
+}
+
 TABLES: dict[str, Callable[[Records], list[str]]] = {
     "ingest-small": ingest_small, "ingest-full": ingest_full, "loader": loader, "learning-seeds": learning_seeds,
     "calibration": calibration, "regression": regression, "temporal": temporal, "fusion": fusion, "fusion-season": fusion_season, "train": train, "adapters-10pct": adapters_ten_percent,
     "adapters-1pct": adapters_one_percent, "adapters-decisive": adapters_decisive, "adapters-first": adapters_first,
     "predict-4096": predict_small, "predict-full": predict_full, "predict-memory": predict_memory,
-    "launchers": launchers, "serve": serve, "strategies": strategies,
+    "launchers": launchers, "serve": serve, "strategies": strategies, **SCENE_TABLES,
 }
 
 

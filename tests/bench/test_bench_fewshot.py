@@ -59,3 +59,26 @@ def test_bench_fewshot_refuses_a_scene_without_its_labels(tmp_path, capsys):
     # guards the one-line refusal of a half-given real scene (the synthetic bench would otherwise run instead)
     assert main(["bench", "fewshot", "--scene", str(tmp_path), "--record", ""]) == 2
     assert "--labels" in capsys.readouterr().err
+
+
+def test_bench_fewshot_gives_the_scene_one_band_name_a_band(tmp_path, monkeypatch):
+    # guards: --band-names B02,B03,B04,B08 handed to the embedding as the string itself, read as 15 names of one
+    # character ("has 4 bands but --band-names gives 15"), so a scene without band descriptions (Zion's VRT) failed
+    import pytest
+
+    from eoscale.bench import fewshot
+    from eoscale.infer import run
+
+    class Embedded(Exception):
+        pass
+
+    def embed(config):
+        raise Embedded(config.band_names)
+
+    monkeypatch.setattr(run, "predict", embed)
+    scene = tmp_path / "scene.tif"
+    write_scene(scene, height=16, width=16, seed=1)
+    with pytest.raises(Embedded) as embedded:
+        fewshot.bench_scene(tmp_path, scene=scene, band_names="B02,B03,B04,B08", labels=scene, classes=scene,
+                            encoder=scene, layer="backbone", train_rows=None, seeds=[0], per_class=1)
+    assert embedded.value.args[0] == ["B02", "B03", "B04", "B08"]

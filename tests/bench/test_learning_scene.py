@@ -2,6 +2,7 @@
 stack's mixture, on small seeded rasters (no fitting)."""
 
 import argparse
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -130,3 +131,48 @@ def test_the_stack_weight_is_chosen_on_the_train_half_only():
     weight, by_weight = learning_scene.choose_weight(mapped, truth, ["a", "b"])
     assert by_weight[1.0] == 1.0 and by_weight[0.0] == 0.0
     assert weight == 0.6  # the most even of the mixtures that map the val tiles right (0.6 to 1)
+
+
+@pytest.mark.parametrize("pretrain", [-1.0, 3.0, 4.0])
+def test_pretraining_minutes_must_leave_the_network_some_of_the_budget(tmp_path, pretrain):
+    # guards: --pretrain outside [0, --minutes): a fit of 0 or fewer minutes, or a budget that pretraining overspends
+    from eoscale.errors import InputError
+
+    _, _, scene, labels = _scene(tmp_path)
+    classes = tmp_path / "classes.csv"
+    classes.write_text("code,name\n10,a\n20,b\n30,c\n")
+    args = argparse.Namespace(scene=scene, labels=labels, classes=str(classes), minutes=3.0, pretrain=pretrain)
+    with pytest.raises(InputError, match="--pretrain"):
+        learning_scene._check_scene_args(args)
+    learning_scene._check_scene_args(argparse.Namespace(**{**vars(args), "pretrain": 1.0}))
+
+
+def test_pretraining_runs_for_its_minutes_and_writes_the_encoder_in_the_work_folder(tmp_path, monkeypatch):
+    # guards: the pretraining's schedule not sized to its minutes, run as 'fit', or writing its checkpoints and
+    # encoder where its config says (runs/pretrain/… in the checkout) instead of in the seed's work folder
+    import json
+
+    from eoscale.bench import learning_fits
+
+    runs = []
+
+    def fake_fit(argv, env=None):
+        runs.append(argv)
+        folder = Path(argv[argv.index("--checkpoint.dirpath") + 1])
+        folder.mkdir(parents=True)
+        (folder / "backbone.safetensors").write_bytes(b"")
+        if env:  # the calibration run: 2 s a step
+            Path(env["EOSCALE_BENCH_OUT"]).write_text(json.dumps({"seconds": 60.0, "steps_timed": 30}))
+        return ""
+
+    monkeypatch.setattr(learning_fits, "_run_fit", fake_fit)
+    figures = learning_fits.pretrain_encoder("store.zarr", tmp_path, config="configs/mae_pretrain.yaml",
+                                             extra=["--seed_everything", "1"], minutes=5.0, batch=16, workers=0,
+                                             validate_every=25)
+    calibration, pretraining = runs
+    assert all(argv[3] == "pretrain" for argv in runs)
+    for argv in runs:
+        assert Path(argv[argv.index("--checkpoint.dirpath") + 1]).is_relative_to(tmp_path)
+    assert figures["max_steps"] == 125  # 0.9 · 300 s / 2 s = 135 steps, in whole validations of 25
+    assert pretraining[pretraining.index("--trainer.max_time") + 1] == "00:00:05:00"
+    assert figures["backbone"] == str(tmp_path / "pretrain" / "checkpoints" / "backbone.safetensors")

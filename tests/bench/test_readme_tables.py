@@ -49,3 +49,26 @@ def test_under_each_table_its_records_command_and_commit(tmp_path):
     text = render(README.read_text(), tmp_path)
     assert ("Record: `serve.json` 2026-12-04T22:13:36+0000: `eoscale bench serve --repeats 5` at 0123456789 (dirty)."
             in text)
+
+
+def test_the_real_scene_and_fewshot_records_have_their_tables():
+    # guards: learning_scene.json and fewshot.json recorded with no table in the README (issue 49/50, item 3)
+    names = {m["name"] for m in BLOCK.finditer(README.read_text())}
+    assert {"learning-scene-zion", "learning-scene-nc", "fewshot"} <= names
+
+
+def test_the_pretraining_gain_is_a_row_of_its_own(tmp_path):
+    # guards: a --pretrain record whose gain over the network from scratch is not shown, or shown with another sign
+    from eoscale.bench import readme_scenes
+    from eoscale.bench.readme import Records, table
+
+    models = ("pixel_forest", "means_forest", "forest", "network", "stack", "stack_means", "network_pretrained")
+    summary = {m: {"miou_mean": 0.2, "miou_std": 0.01, "accuracy_mean": 0.6} for m in models}
+    summary["network_pretrained"]["miou_mean"] = 0.17
+    record = {"date": "2026-12-07T19:00:00+0000", "label": "vit", "seeds": [0, 1, 2], "summary": summary,
+              "minutes": 4.0, "pretrain_minutes": 2.0,
+              "pretraining_gain": {"miou_mean": -0.03, "miou_std": 0.005, "each": [-0.03, -0.035, -0.025]}}
+    (tmp_path / "learning_scene.json").write_text(json.dumps([record]))
+    lines = table(*readme_scenes.learning_scene(["2026-12-07T19:00"])(Records(tmp_path)))
+    assert any("pretraining gain** (2 of 4 min)" in line and "**-0.030 ± 0.005**" in line for line in lines)
+    assert any("network from the scene-pretrained encoder" in line and "-0.030 |" in line for line in lines)

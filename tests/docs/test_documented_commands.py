@@ -95,6 +95,9 @@ BLOCKS: dict[tuple[str, str], object] = {
     ("docs/how-to/real-scenes.md", "eoscale bench learning --scene scene.vrt --band-names B02,B03,B04,B08 --labels "
                                    "labels.tif --classes classes.csv \\"):
         PARSE("a real scene of the reader's; fits of minutes a model and seed"),
+    ("docs/how-to/real-scenes.md", "eoscale bench learning --scene scene.vrt --config configs/vit_scene_seg.yaml "
+                                   "--minutes 3 --pretrain 1.5 \\"):
+        PARSE("a real scene of the reader's; pretraining and fits of minutes a seed"),
     ("docs/how-to/landsat.md", "eoscale ingest --scenes 'landsat/LC09_L2SP_*' --labels 'worldcover/*.tif' "
                                "--output runs/landsat.zarr"): PARSE(REAL),
     ("docs/how-to/landsat.md", "eoscale ingest --scenes 'S2*.SAFE' 'landsat/LC09_*' --band-map "
@@ -191,6 +194,9 @@ BLOCKS: dict[tuple[str, str], object] = {
         PARSE(QUICKSTART + "; tests/embed embeds a fitted checkpoint's scenes end to end"),
     ("docs/how-to/embeddings.md", "eoscale fewshot fields/scene_embedding.tif --points labels.csv --column class "
                                   "--output fewshot/"): PARSE(FIELD),
+    ("docs/how-to/embeddings.md", "eoscale ingest --scenes zion.vrt --band-names B02,B03,B04,B08 --output "
+                                  "runs/zion-unlabelled.zarr"):
+        PARSE("a real scene of the reader's (tests/bench/test_bench_fewshot.py runs the bench on a small one)"),
     ("docs/how-to/embeddings.md", "eoscale similar fields/scene_embedding.tif --points quarries.gpkg --output "
                                   "quarries_similarity.tif"): PARSE(FIELD),
     ("docs/how-to/embeddings.md", "eoscale change fields/2018_embedding.tif fields/2024_embedding.tif --output "
