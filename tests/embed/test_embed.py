@@ -115,6 +115,31 @@ def test_the_field_gets_the_overview_levels_of_gdals_cog_driver(tmp_path, shape)
         assert overview_factors(height, width) == src.overviews(1)
 
 
+def test_the_field_is_zstd_where_gdal_writes_it_and_deflate_where_it_does_not(tmp_path, monkeypatch):
+    # guards the field's codec: ZSTD (faster, smaller) only where this GDAL writes it, else deflate, which every TIFF
+    # reader reads; a probe that took GDAL's "unknown codec" warning for a yes would write uncompressed fields
+    from affine import Affine
+    from rasterio.crs import CRS
+
+    from eoscale.infer.outputs import embedding
+    from eoscale.infer.outputs.base import MapContext
+    from eoscale.infer.outputs.rasters import Georef, Piece
+
+    assert embedding.gdal_writes("DEFLATE") and not embedding.gdal_writes("NO_SUCH_CODEC")
+    field = np.random.default_rng(4).integers(-127, 128, (40, 30, 3), dtype=np.int8)
+    (tmp_path / "part.int8").write_bytes(field.tobytes())
+    context = MapContext(Georef(CRS.from_epsg(32633), Affine(10, 0, 0, 0, -10, 0), 30, 40), {}, {}, "x", "t")
+    for has_zstd, codec in ((embedding.gdal_writes("ZSTD"), "zstd"), (False, "deflate")):
+        if has_zstd is False and codec == "zstd":
+            continue  # a GDAL without ZSTD: only the fallback can be checked
+        monkeypatch.setattr(embedding, "gdal_writes", lambda name, has=has_zstd: has if name == "ZSTD" else True)
+        embedding.write_field_cog([Piece(tmp_path / "part", 0, 0, 40, 30)], ".int8", tmp_path / f"{codec}.tif",
+                                  context, dtype="int8", dimensions=3, nodata=NODATA, tags={})
+        with rasterio.open(tmp_path / f"{codec}.tif") as src:
+            assert src.compression.name == codec and src.tags(ns="IMAGE_STRUCTURE").get("PREDICTOR") == "2"
+            assert np.array_equal(np.moveaxis(src.read(), 0, -1), field)
+
+
 def test_the_fields_overviews_are_nearest_vectors_of_the_field(tmp_path):
     # guards the field's overviews: each overview pixel must be one of the vectors of the 2x2 pixels under it (an
     # average of quantised values would be no quantised vector; a shifted or band-swapped overview would not match)
