@@ -20,9 +20,9 @@ the windows covering it agree on.
 `cell` > 1 (`eoscale embed --field-stride`): one vector a cell of `cell` × `cell` pixels instead of one a pixel, the
 maps resized to `window / cell` instead of the window (none at all where that is the features' own stride, 4 for the
 decoder of a CNN), blended and written on that grid of cells (`eoscale.infer.predict.predict_blocks`). A field at the
-features' stride holds what the network computed, not an interpolation of it, at 1/16 of the pixels: what makes
-`eoscale embed` as fast as `eoscale predict` on a CPU (benchmarks/embed.json), where writing 64 bytes a pixel costs as
-much as the forward passes.
+features' stride holds what the network computed, not an interpolation of it, at 1/16 of the pixels: on a CPU
+`eoscale embed` then runs faster than `eoscale predict` (1.16× in benchmarks/embed.json), where a vector a pixel
+reaches 0.75× (blending, quantising and writing 64 bytes a pixel beside the forward passes).
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def test_the_field_gets_the_overview_levels_of_gdals_cog_driver(tmp_path, shape)
     # itself (a ceil-halving rule gives (1025, 100) three levels, the driver two), none for a field of one block
     from rasterio import shutil as rio_shutil
 
-    from eoscale.infer.outputs.embedding import overview_factors
+    from eoscale.infer.outputs.field_cog import overview_factors
 
     height, width = shape
     with rasterio.open(tmp_path / "flat.tif", "w", driver="GTiff", height=height, width=width, count=1, dtype="int8",
@@ -113,6 +113,31 @@ def test_the_field_gets_the_overview_levels_of_gdals_cog_driver(tmp_path, shape)
     rio_shutil.copy(tmp_path / "flat.tif", tmp_path / "cog.tif", driver="COG", BLOCKSIZE=256)
     with rasterio.open(tmp_path / "cog.tif") as src:
         assert overview_factors(height, width) == src.overviews(1)
+
+
+def test_the_field_is_zstd_where_gdal_writes_it_and_deflate_where_it_does_not(tmp_path, monkeypatch):
+    # guards the field's codec: ZSTD (faster, smaller) only where this GDAL writes it, else deflate, which every TIFF
+    # reader reads; a probe that took GDAL's "unknown codec" warning for a yes would write uncompressed fields
+    from affine import Affine
+    from rasterio.crs import CRS
+
+    from eoscale.infer.outputs import embedding
+    from eoscale.infer.outputs.base import MapContext
+    from eoscale.infer.outputs.rasters import Georef, Piece
+
+    assert embedding.gdal_writes("DEFLATE") and not embedding.gdal_writes("NO_SUCH_CODEC")
+    field = np.random.default_rng(4).integers(-127, 128, (40, 30, 3), dtype=np.int8)
+    (tmp_path / "part.int8").write_bytes(field.tobytes())
+    context = MapContext(Georef(CRS.from_epsg(32633), Affine(10, 0, 0, 0, -10, 0), 30, 40), {}, {}, "x", "t")
+    for has_zstd, codec in ((embedding.gdal_writes("ZSTD"), "zstd"), (False, "deflate")):
+        if has_zstd is False and codec == "zstd":
+            continue  # a GDAL without ZSTD: only the fallback can be checked
+        monkeypatch.setattr(embedding, "gdal_writes", lambda name, has=has_zstd: has if name == "ZSTD" else True)
+        embedding.write_field_cog([Piece(tmp_path / "part", 0, 0, 40, 30)], ".int8", tmp_path / f"{codec}.tif",
+                                  context, dtype="int8", dimensions=3, nodata=NODATA, tags={})
+        with rasterio.open(tmp_path / f"{codec}.tif") as src:
+            assert src.compression.name == codec and src.tags(ns="IMAGE_STRUCTURE").get("PREDICTOR") == "2"
+            assert np.array_equal(np.moveaxis(src.read(), 0, -1), field)
 
 
 def test_the_fields_overviews_are_nearest_vectors_of_the_field(tmp_path):
@@ -138,6 +163,59 @@ def test_the_fields_overviews_are_nearest_vectors_of_the_field(tmp_path):
     h, w = overview.shape[:2]
     cells = [field[a : a + 2 * h : 2, b : b + 2 * w : 2] for a in (0, 1) for b in (0, 1)]
     assert np.logical_or.reduce([(overview == c).all(-1) for c in cells]).all()
+
+
+@pytest.mark.parametrize(("dtype", "nodata"), [("int8", NODATA), ("float32", float("nan"))])
+@pytest.mark.parametrize("shape", [(777, 1000), (1025, 600), (600, 300)])
+def test_the_field_cog_from_its_parts_is_gdals_tiled_copy_with_its_nearest_overviews(tmp_path, shape, dtype, nodata):
+    # guards the one-pass field COG (the parts read where they lie, overviews sampled in numpy): its pixels, every
+    # overview level, tags, band names and nodata must be what GDAL gives for the same field written to a GeoTIFF
+    # with GDAL's own nearest overviews (the writer's path until then), on sizes that do not halve evenly (GDAL's
+    # levels each sampled from the one above: not 2i + 1, nor each level from the field) and from parts of two
+    # processes and two column tiles (a part misplaced, a row or column off by one, a band out of order or a dropped
+    # tag would not match)
+    from affine import Affine
+    from rasterio.crs import CRS
+    from rasterio.enums import Resampling
+
+    from eoscale.infer.outputs.base import MapContext
+    from eoscale.infer.outputs.embedding import write_field_cog
+    from eoscale.infer.outputs.field_cog import overview_factors
+    from eoscale.infer.outputs.rasters import Georef, Piece
+
+    height, width, d = shape[0], shape[1], 5
+    rng = np.random.default_rng(3)
+    field = (rng.integers(-127, 128, (height, width, d), dtype=np.int8) if dtype == "int8"
+             else rng.normal(size=(height, width, d)).astype(np.float32))
+    rows, cols = [0, height // 2 + 1, height], [0, 300, width]  # two parts, two column tiles (600 × 300: one empty)
+    pieces = []
+    for i in range(2):
+        for j in range(2):
+            path = tmp_path / f"part-{i}-{j}"
+            (path.with_suffix(".v")).write_bytes(field[rows[i] : rows[i + 1], cols[j] : cols[j + 1]].tobytes())
+            pieces.append(Piece(path, rows[i], cols[j], rows[i + 1] - rows[i], cols[j + 1] - cols[j]))
+    crs, transform = CRS.from_epsg(32633), Affine(10, 0, 500000, 0, -10, 4000000)
+    context = MapContext(Georef(crs, transform, width, height), {}, {}, "x", "t")
+    tags = {"EMBEDDING_MODEL": "resnet18", "EOSCALE_LINEAGE": json.dumps({"a": "<&'\">"})}
+    write_field_cog(pieces, ".v", tmp_path / "field.tif", context, dtype=dtype, dimensions=d, nodata=nodata, tags=tags)
+    with rasterio.open(tmp_path / "gdal.tif", "w", driver="GTiff", height=height, width=width, count=d, dtype=dtype,
+                       crs=crs, transform=transform, nodata=nodata, tiled=True, interleave="pixel") as out:
+        out.write(np.moveaxis(field, -1, 0))
+    with rasterio.open(tmp_path / "gdal.tif", "r+") as out:
+        out.build_overviews(overview_factors(height, width), Resampling.nearest)
+    with rasterio.open(tmp_path / "field.tif") as got, rasterio.open(tmp_path / "gdal.tif") as want:
+        levels = got.overviews(1)
+        assert levels == overview_factors(height, width) and len(levels) >= 2
+        assert np.array_equal(got.read(), want.read(), equal_nan=True)
+        assert got.descriptions == tuple(band_names(d)) and got.crs == crs and got.transform == transform
+        assert np.isnan(got.nodata) if dtype == "float32" else got.nodata == NODATA
+        assert {k: got.tags()[k] for k in tags} == tags and got.tags()["OVERVIEW_RESAMPLING"] == "NEAREST"
+    for level in range(len(levels)):
+        with rasterio.open(tmp_path / "field.tif", overview_level=level) as got, \
+                rasterio.open(tmp_path / "gdal.tif", overview_level=level) as want:
+            assert got.shape == want.shape and np.array_equal(got.read(), want.read(), equal_nan=True), level
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(  # no overview files left behind
+        ["field.tif", "gdal.tif", *(f"part-{i}-{j}.v" for i in range(2) for j in range(2))])
 
 
 def _embed(root: Path, checkpoint: Path) -> dict:

@@ -19,16 +19,16 @@ last (its presence marks the scene as done).
 
 from __future__ import annotations
 
+import functools
 import json
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pystac
-import rasterio
 from affine import Affine
-from rasterio.windows import Window
 from torch import Tensor
 
 from eoscale.catalog.digest import file_sha256
@@ -37,7 +37,8 @@ from eoscale.contract import BandContract
 from eoscale.errors import OutputExistsError
 from eoscale.infer.embed import Layer
 from eoscale.infer.outputs.base import MapContext, OutputWriter
-from eoscale.infer.outputs.rasters import BLOCKSIZE, Georef, PartFiles, Piece, partial
+from eoscale.infer.outputs.field_cog import write_interleaved_cog
+from eoscale.infer.outputs.rasters import Georef, PartFiles, Piece, partial
 from eoscale.sensors.embedding import DEQUANTISATION, DEQUANTISATION_TAG, NODATA, SCALE, band_names
 
 FLOAT_NODATA = float("nan")
@@ -122,69 +123,40 @@ class EmbeddingPart:
         self._files.abort()
 
 
-def overview_factors(height: int, width: int, block: int = BLOCKSIZE) -> list[int]:
-    """The overview levels GDAL's COG driver makes of a `height` × `width` raster by default: halvings until both
-    sides fit a block (`size >> level <= block`)."""
-    levels = 0
-    while height >> levels > block or width >> levels > block:
-        levels += 1
-    return [2**level for level in range(1, levels + 1)]
+def field_compression(dtype: str) -> dict[str, str]:
+    """The field COG's creation options: ZSTD at level 1 where this GDAL writes it, else deflate at level 1; integers
+    with horizontal differencing first (every TIFF reader decodes it; float32 vectors gain nothing from it).
+
+    Measured on the 1,024² int8 field of 64 dimensions of `eoscale bench embed` (2-core VM, one-pass writer, median of
+    5): ZSTD 0.57 CPU s and 38.1 MB, deflate 0.87 CPU s and 42.8 MB (without differencing 58.9 MB); deflate's
+    default level 6 took 1.5× the time of level 1 for 2 % less (vectors compress little). Reading ZSTD takes a GDAL
+    built with it (rasterio's and conda-forge's wheels, QGIS, GDAL ≥ 2.3 as the distributions build it); a field
+    written where GDAL has no ZSTD is deflated, which every TIFF reader reads."""
+    predictor = {"PREDICTOR": "2"} if np.issubdtype(np.dtype(dtype), np.integer) else {}
+    return {"COMPRESS": "ZSTD" if gdal_writes("ZSTD") else "DEFLATE", "LEVEL": "1", **predictor}
+
+
+@functools.cache
+def gdal_writes(codec: str) -> bool:
+    """Whether this GDAL compresses GeoTIFFs with `codec` (a GDAL without it warns and writes the file uncompressed)."""
+    from rasterio.io import MemoryFile
+    from rasterio.transform import from_origin
+
+    with MemoryFile() as memory, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # GDAL's warning of an unknown codec is the answer no
+        with memory.open(driver="GTiff", width=1, height=1, count=1, dtype="int8", crs="EPSG:4326",
+                         transform=from_origin(0, 0, 1, 1), COMPRESS=codec) as probe:
+            probe.write(np.zeros((1, 1, 1), dtype=np.int8))
+        with memory.open() as probe:
+            return probe.compression is not None and probe.compression.name == codec.lower()
 
 
 def write_field_cog(pieces: list[Piece], suffix: str, dst: Path, context: MapContext, *, dtype: str,
                     dimensions: int, nodata: float, tags: dict) -> None:
-    """A COG of `dimensions` bands (`A00`…) from the pieces' pixel-interleaved files, as `rasters.write_cog` does for
-    one band: a tiled GeoTIFF first (memory: `BLOCKSIZE` rows of one piece), its nearest overviews, then GDAL's COG
-    driver, which copies them.
-
-    Measured on the 1,024² field of 64 dimensions of `eoscale bench embed` (CPU seconds, 2-core VM): the COG driver
-    making its own overviews took 2.2-3.0 s (it writes them compressed to a temporary file, then reads and compresses
-    them again), overviews built on the uncompressed staging file first 0.5 s and the copy then 1.4 s. The GDAL block
-    cache holds two rows of the staging file's blocks while they are read, so that the pixel-interleaved blocks are
-    decoded once for all bands rather than once a band (the sweep's cache, sized for the scene's reads, is smaller)."""
-    from rasterio import shutil as rio_shutil
-    from rasterio.enums import Resampling
-
-    from eoscale.raster.reader import gdal_cache
-
-    georef = context.georef
-    staging = dst.with_name(dst.name + ".tiled.tif")
-    profile = dict(driver="GTiff", width=georef.width, height=georef.height, count=dimensions, dtype=dtype,
-                   nodata=nodata, crs=georef.crs, transform=georef.transform, tiled=True, blockxsize=BLOCKSIZE,
-                   blockysize=BLOCKSIZE, interleave="pixel", BIGTIFF="IF_SAFER")
-    item = np.dtype(dtype).itemsize
-    # integers: horizontal differencing before deflate (measured: 43.6 MB instead of 58.9 MB for that field, in less
-    # time); every TIFF reader decodes it. Float32 vectors gain nothing from it.
-    predictor = {"PREDICTOR": "2"} if np.issubdtype(np.dtype(dtype), np.integer) else {}
-    try:
-        with gdal_cache(2 * BLOCKSIZE * georef.width * dimensions * item):
-            with rasterio.open(staging, "w", **profile) as out:
-                pixels = 0
-                for piece in pieces:
-                    row = piece.row
-                    with open(piece.path.with_suffix(suffix), "rb") as f:
-                        while chunk := f.read(BLOCKSIZE * piece.columns * dimensions * item):
-                            strip = np.frombuffer(chunk, dtype=dtype).reshape(-1, piece.columns, dimensions)
-                            out.write(np.moveaxis(strip, -1, 0), window=Window(piece.col, row, piece.columns, len(strip)))
-                            row += len(strip)
-                    pixels += (row - piece.row) * piece.columns
-                if pixels != georef.height * georef.width:
-                    raise RuntimeError(f"parts hold {pixels} pixels of a {georef.height}×{georef.width} field")
-                out.update_tags(**tags, OVERVIEW_RESAMPLING="NEAREST")
-                out.descriptions = tuple(band_names(dimensions))
-            factors = overview_factors(georef.height, georef.width)
-            if factors:  # nearest: an average of quantised values is no quantised average
-                with rasterio.open(staging, "r+") as out:
-                    out.build_overviews(factors, Resampling.nearest)
-            with rasterio.Env(GDAL_NUM_THREADS="ALL_CPUS"):
-                # deflate at level 1: measured on a 512² field of 64 dimensions, 0.94 s and 10.8 MB where GDAL's
-                # default level 6 took 1.46 s for 11.0 MB (vectors compress little); ZSTD was faster still but not
-                # every GDAL reads it
-                rio_shutil.copy(staging, dst, driver="COG", COMPRESS="DEFLATE", LEVEL=1, BLOCKSIZE=BLOCKSIZE,
-                                OVERVIEWS="FORCE_USE_EXISTING", NUM_THREADS="ALL_CPUS", BIGTIFF="IF_SAFER",
-                                **predictor)
-    finally:
-        staging.unlink(missing_ok=True)
+    """A field's COG (bands `A00`…, nearest overviews, `field_compression`) from the pieces' pixel-interleaved files,
+    in one pass (`eoscale.infer.outputs.field_cog`)."""
+    write_interleaved_cog(pieces, suffix, dst, context, dtype=dtype, dimensions=dimensions, nodata=nodata, tags=tags,
+                          descriptions=list(band_names(dimensions)), compression=field_compression(dtype))
 
 
 class EmbeddingWriter(OutputWriter):
