@@ -22,25 +22,32 @@ def _same_files(a: Path, b: Path, scene_ids: list[str]) -> None:
             assert (a / name).read_bytes() == (b / name).read_bytes(), name
 
 
+@pytest.fixture(scope="module")
+def reference(checkpoint, scene, tmp_path_factory) -> Path:
+    """The map of the default settings, which each variant below must equal byte for byte: batches of 16 windows,
+    one reading thread beside a CPU model, one process, one full-width sweep (the 4,096-column tile holds all 347)."""
+    from eoscale.infer.config import COLUMN_TILE
+
+    assert PredictConfig.__dataclass_fields__["batch_size"].default == 16 and COLUMN_TILE > 347
+    return _run(checkpoint, [scene], tmp_path_factory.mktemp("reference"))
+
+
 @pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
-def test_batch_size_does_not_change_the_map(checkpoint, scene, tmp_path):
-    reference = _run(checkpoint, [scene], tmp_path / "b16", batch_size=16)
+def test_batch_size_does_not_change_the_map(checkpoint, scene, reference, tmp_path):
     for batch_size in (1, 5):
         _same_files(reference, _run(checkpoint, [scene], tmp_path / f"b{batch_size}", batch_size=batch_size), ["odd"])
 
 
 @pytest.mark.slow  # seconds of CPU: the full suite runs it, the fast tier (≤ 3 min) does not
-def test_reading_threads_do_not_change_the_map(checkpoint, scene, tmp_path):
-    reference = _run(checkpoint, [scene], tmp_path / "r1", readers=1)
+def test_reading_threads_do_not_change_the_map(checkpoint, scene, reference, tmp_path):
     _same_files(reference, _run(checkpoint, [scene], tmp_path / "r3", readers=3, column_tile=200), ["odd"])
 
 
 @pytest.mark.slow  # tens of seconds: out of the fast tier (scripts/test.sh --fast), still in the full suite
-def test_column_tiles_do_not_change_the_map(checkpoint, scene, tmp_path):
+def test_column_tiles_do_not_change_the_map(checkpoint, scene, reference, tmp_path):
     """Sweeping the 347-column scene in tiles (each with its halo) gives the bytes of one full-width sweep."""
     from eoscale.infer.windows import WindowGrid
 
-    reference = _run(checkpoint, [scene], tmp_path / "whole", column_tile=4096)
     for pixels in (100, 33):  # several tiles; and tiles narrower than a window: one column block each
         tiles = WindowGrid.make(301, 347, window=32, overlap=0.25).column_tiles(pixels)
         assert len(tiles) > 2
@@ -49,10 +56,9 @@ def test_column_tiles_do_not_change_the_map(checkpoint, scene, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_processes_with_column_tiles_give_the_same_bytes_as_one(checkpoint, scene, tmp_path):
-    one = _run(checkpoint, [scene], tmp_path / "one")
+def test_two_processes_with_column_tiles_give_the_same_bytes_as_one(checkpoint, scene, reference, tmp_path):
     two = _run(checkpoint, [scene], tmp_path / "two", devices=2, column_tile=120)
-    _same_files(one, two, ["odd"])
+    _same_files(reference, two, ["odd"])
 
 
 @pytest.mark.slow
@@ -75,7 +81,7 @@ def test_scenes_dealt_to_processes_give_the_same_bytes(checkpoint, scene, tmp_pa
 
 
 @pytest.mark.slow
-def test_torchrun_ranks_give_the_same_bytes(checkpoint, scene, tmp_path, tracking_uri):
+def test_torchrun_ranks_give_the_same_bytes(checkpoint, scene, reference, tmp_path, tracking_uri):
     """Ranks from the environment (torchrun): rank 0 draws the run's name and shares it over gloo."""
     import shutil
     import subprocess
@@ -83,7 +89,6 @@ def test_torchrun_ranks_give_the_same_bytes(checkpoint, scene, tmp_path, trackin
 
     from tests.processes import ROOT
 
-    one = _run(checkpoint, [scene], tmp_path / "one")
     torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     env = {"PATH": str(Path(sys.executable).parent), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
            "PYTHONWARNINGS": "ignore", "HOME": str(tmp_path)}
@@ -93,20 +98,19 @@ def test_torchrun_ranks_give_the_same_bytes(checkpoint, scene, tmp_path, trackin
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("301×347") == 1  # one summary, from rank 0
-    _same_files(one, tmp_path / "two", ["odd"])
+    _same_files(reference, tmp_path / "two", ["odd"])
 
 
 @pytest.mark.slurm
 @pytest.mark.slow
 @pytest.mark.usefixtures("local_slurm")
-def test_srun_tasks_give_the_same_bytes(checkpoint, scene, tmp_path, tracking_uri):
+def test_srun_tasks_give_the_same_bytes(checkpoint, scene, reference, tmp_path, tracking_uri):
     """Ranks from Slurm (`srun -n 2`): the job and step ids name the run; the same bytes as one process."""
     import subprocess
     import sys
 
     from tests.processes import ROOT
 
-    one = _run(checkpoint, [scene], tmp_path / "one")
     done = subprocess.run(
         ["srun", "-n", "2", "--cpus-per-task", "1", "--export", f"ALL,PYTHONPATH={ROOT},OMP_NUM_THREADS=1",
          sys.executable, "-m", "eoscale", "predict", "--checkpoint", str(checkpoint), "--input", str(scene),
@@ -115,4 +119,4 @@ def test_srun_tasks_give_the_same_bytes(checkpoint, scene, tmp_path, tracking_ur
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("301×347") == 1
-    _same_files(one, tmp_path / "two", ["odd"])
+    _same_files(reference, tmp_path / "two", ["odd"])
