@@ -28,15 +28,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from eoscale.errors import BandMismatchError, InputError, InputNotFoundError
 from eoscale.inputs.spec import InputSpec
 from eoscale.sensors import recorded_sensor
 from eoscale.sensors.groups import SensorGroup, groups_of, parse_groups
+
+if TYPE_CHECKING:
+    import torch
 
 CONTRACT_KEY = "eoscale"
 METADATA_FILE = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
@@ -279,6 +281,8 @@ def load_checkpoint(path: str | Path) -> dict:
                              f"DeepSpeed '{DEEPSPEED_TAG_FILE}' file)")
     elif not path.is_file():
         raise InputNotFoundError(f"no checkpoint at {str(path)!r}")
+    import torch  # here, not at the top: the commands that read maps only (assess, sample, change, mosaic) need no torch
+
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # not a torch file, truncated, or pickled objects

@@ -1,4 +1,5 @@
-"""Prediction runs in MLflow: experiment `eoscale-predict`, through the training code's `eoscale.track.logger.MLflowLogger`.
+"""Prediction runs in MLflow: experiment `eoscale-predict`, through MLflow's client (`eoscale.track.client_run`: the
+run Lightning's logger would write, without importing Lightning).
 
 The tracking URI is `--tracking-uri`, else `MLFLOW_TRACKING_URI`, else `sqlite:///<output>/mlflow.db`
 (`eoscale.track.store.default_tracking_uri`); a tracking store that fails costs a warning, not the maps.
@@ -15,11 +16,12 @@ MAX_PARAM = 500  # MLflow caps a parameter's value; a long list of inputs is cut
 
 def open_run(output: Path, tracking_uri: str | None, *, run_name: str | None = None, experiment: str = EXPERIMENT):
     """An MLflow run in `experiment` (`eoscale-predict`), or None (and a warning) if the tracking store refuses."""
-    from eoscale.track.logger import MLflowLogger
+    from eoscale.track.client_run import ClientRun
+    from eoscale.track.store import default_tracking_uri
 
+    uri = tracking_uri or default_tracking_uri(Path(output).resolve())
     try:
-        return MLflowLogger(experiment_name=experiment, run_name=run_name, tracking_uri=tracking_uri,
-                            root_dir=str(output), local_metrics=False)
+        return ClientRun(experiment, uri, run_name=run_name)
     except Exception as err:  # an unusable URI: the maps are written already, keep them and say so
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         warnings.warn(f"MLflow tracking at {tracking_uri!r} failed ({type(err).__name__}: {first}); "

@@ -16,7 +16,6 @@ Lightning's `MLFlowLogger` with eoscale's defaults and manners, shared by traini
 from __future__ import annotations
 
 import csv
-import functools
 import logging
 import os
 import time
@@ -24,18 +23,17 @@ import uuid
 import warnings
 from argparse import Namespace
 from collections.abc import Mapping
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.loggers.logger import DummyExperiment
 from lightning.pytorch.utilities import rank_zero_only
 
-from eoscale.track.store import artifact_location, client_policy, default_tracking_uri, sqlite_path
-
-LOCKED_RETRIES = (0.2, 0.5, 1.0, 2.0, 4.0)  # seconds between tries while SQLite says "database is locked"
+from eoscale.track.client_run import default_run_name, store_lock
+from eoscale.track.client_run import guarded as _guarded
+from eoscale.track.client_run import quiet_store_creation as quiet_mlflow_store_creation
+from eoscale.track.store import artifact_location, client_policy, default_tracking_uri
 
 
 class _DropCreating(logging.Filter):
@@ -48,7 +46,7 @@ class _DropCreating(logging.Filter):
 def quiet_store_creation() -> None:
     """What a first run in a new store printed: MLflow's INFO lines about creating its tables (its own handler,
     so they reached the user's terminal) and Lightning's experiment line (idempotent)."""
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    quiet_mlflow_store_creation()
     target = logging.getLogger("lightning.pytorch.loggers.mlflow")
     if not any(isinstance(f, _DropCreating) for f in target.filters):
         target.addFilter(_DropCreating())
@@ -69,38 +67,6 @@ def detect_launcher() -> str:
     if "SLURM_STEP_ID" in os.environ and "SLURM_PROCID" in os.environ:
         return "srun"
     return "local"
-
-
-def is_transient(err: BaseException) -> bool:
-    """A SQLite store busy with another writer (another rank, a predict run beside a fit): worth a retry."""
-    text = f"{err} {err.__cause__ or ''} {err.__context__ or ''}".lower()
-    return "database is locked" in text or "database table is locked" in text
-
-
-def _guarded(method):
-    """Run a logger method unless the tracking store has failed. A transient lock of a SQLite store is retried
-    with back-off (said once per logger); on any other failure, or a lock that outlasts the retries, warn once
-    and stop logging."""
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        if self._failed:
-            return None
-        for pause in (*LOCKED_RETRIES, None):
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as err:  # a dead server, a locked database, a full disk: none may kill training
-                if pause is None or not is_transient(err):
-                    self._fail(err)
-                    return None
-                if not self._said_locked:
-                    self._said_locked = True
-                    warnings.warn(f"MLflow store {self._tracking_uri!r} is locked by another writer: retrying "
-                                  f"for up to {sum(LOCKED_RETRIES):.0f} s", RuntimeWarning, stacklevel=2)
-                time.sleep(pause)
-        return None
-
-    return wrapper
 
 
 class MLflowLogger(MLFlowLogger):
@@ -139,18 +105,10 @@ class MLflowLogger(MLFlowLogger):
         client_policy(uri)
         # MLflow's client creates (and migrates) a SQLite store on construction, on every rank: two ranks
         # doing it at once collide ("Does not validate against any of the Union subtypes", then a hang at the
-        # first collective), so they take turns under a file lock next to the store
-        if uri.startswith("sqlite:"):
-            database = sqlite_path(uri).resolve()
-            database.parent.mkdir(parents=True, exist_ok=True)
-            lock = FileLock(str(database.with_name(database.name + ".lock")))
-        else:
-            lock = nullcontext()
+        # first collective), so they take turns under a file lock next to the store (`store_lock`)
         if run_name is None and run_id is None:
-            # MLflow draws its own names ("overjoyed-slug-911") from Python's `random`, which `seed_everything`
-            # has seeded: every run of a seed would get the same name. A time and a few random hex digits instead.
-            run_name = f"run-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-        with lock:
+            run_name = default_run_name()
+        with store_lock(uri):
             super().__init__(
                 experiment_name=experiment_name,
                 run_name=run_name,

@@ -140,9 +140,9 @@ def test_a_transient_database_lock_is_retried_not_the_end_of_logging(tmp_path: P
 
     from lightning.pytorch.loggers import MLFlowLogger
 
-    from eoscale.track import logger as module
+    from eoscale.track import client_run
 
-    monkeypatch.setattr(module, "LOCKED_RETRIES", (0.01, 0.01, 0.01))
+    monkeypatch.setattr(client_run, "LOCKED_RETRIES", (0.01, 0.01, 0.01))  # the retries `guarded` makes
     logger = MLflowLogger(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", root_dir=str(tmp_path))
     real, calls = MLFlowLogger.log_metrics, []
 
