@@ -47,7 +47,9 @@ def SKIP(reason: str) -> tuple[str, str]:  # noqa: N802
 REAL = "real products and WorldCover tiles of the reader's (none can be downloaded here)"
 QUICKSTART = "the quick start's checkpoint, scenes and map (runs/quickstart, made by tests/test_quickstart.py)"
 JUWELS = "submits Slurm jobs on JUWELS/JURECA"
-SAME_AS_CHANGE = "docs/how-to/change.md's second block runs this command as written (suite time)"
+SAME_AS = "{page}'s RUN blocks run this command as written (suite time)"
+SAME_AS_CHANGE = SAME_AS.format(page="docs/how-to/change.md")
+SAME_AS_REGRESSION = SAME_AS.format(page="docs/how-to/regression.md")
 FIELD = "a user's field and labelled places (tests/embed runs embed, fewshot, similar and change end to end)"
 SEASONS = "three seasons of 16 products each, a minute here (tests/ingest/test_series.py ingests such sets)"
 
@@ -60,7 +62,11 @@ BLOCKS: dict[tuple[str, str], object] = {
                       "eoscale synth runs/pairs --change",
                       "eoscale ingest --time-series --group-by grid --scenes 'runs/pairs/scenes/scene_00[0-3]*.tif'",
                       "eoscale fit --config configs/change_resnet18.yaml --data.init_args.store runs/pairs.zarr"),
-                      SAME_AS_CHANGE)),
+                      SAME_AS_CHANGE) | dict.fromkeys((
+                      "eoscale synth runs/chm --scenes 6 --size 256 --heights",
+                      "eoscale ingest --scenes 'runs/chm/scenes/*.tif' --targets 'runs/chm/heights/*.tif'",
+                      "eoscale fit --config configs/regression_smoke.yaml --data.init_args.store runs/chm/tiles.zarr"),
+                      SAME_AS_REGRESSION)),
     ("docs/getting-started.md", "bash scripts/quickstart.sh"): SKIP("tests/test_quickstart.py runs it"),
     ("docs/getting-started.md", "bash scripts/test.sh"): SKIP("the test suite itself"),
     ("docs/getting-started.md", ".venv/bin/mlflow ui --backend-store-uri sqlite:///$PWD/runs/quickstart/mlflow.db    "
@@ -248,13 +254,22 @@ def test_every_block_has_a_decision():
 
 
 def test_a_command_left_to_another_block_runs_there():
-    """A RUN block's command left parse-only as SAME_AS_CHANGE is, as written, one that change.md's RUN block runs."""
-    change = [line for page, first, text in blocks() if page == "docs/how-to/change.md"
-              and decision(page, first)[0] == RUN for line in commands(text)]
-    for page, first, _ in blocks():
+    """A RUN block's command left parse-only as SAME_AS (another page's) is, exactly as written, one that the other
+    page's RUN blocks run."""
+    pages = {SAME_AS.format(page=page): page for page in PAGES}
+    left = 0
+    for page, first, text in blocks():
         kind, parse_only = decision(page, first)
         for start, why in (parse_only.items() if kind == RUN else ()):
-            assert why != SAME_AS_CHANGE or any(line.startswith(start) for line in change), (page, start)
+            if why not in pages:
+                continue
+            ran = [shlex.split(line, comments=True) for p, f, t in blocks() if p == pages[why]
+                   and decision(p, f)[0] == RUN for line in commands(t)
+                   if not any(line.startswith(s) for s in decision(p, f)[1])]
+            written = [shlex.split(line, comments=True) for line in commands(text) if line.startswith(start)]
+            assert written and all(line in ran for line in written), (page, start, pages[why])
+            left += 1
+    assert left == 6  # README's change and regression workflows
 
 
 def test_the_repository_paths_of_every_block_exist():
