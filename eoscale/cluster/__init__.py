@@ -29,7 +29,8 @@ def dask_client(
 ) -> Iterator[object]:
     """A `distributed.Client`: connected to `scheduler` when given (an address such as tcp://host:8786, or a
     running cluster object such as `slurm_cluster`'s, whose TLS credentials the client then uses), else to a
-    fresh local cluster of `workers` processes (default: one per available core).
+    fresh local cluster of `workers` processes (default: one per available core; one worker is a thread of
+    this process).
 
     `preload` names modules each local worker imports while it starts, in parallel, instead of during its
     first task (the ingest task modules take about half a second to import).
@@ -49,10 +50,13 @@ def dask_client(
     n = default_workers() if workers is None else workers
     if n < 1:
         raise InputError(f"--workers must be at least 1, got {n}")
+    # one worker runs in this process (a thread): a worker process would cost its start-up and its imports
+    # (about 1.5 CPU s, measured) for the same one task at a time; several workers are processes, as GDAL and
+    # numpy work in them without the GIL and a scene reader's state stays its own
     cluster = LocalCluster(
         n_workers=n,
         threads_per_worker=1,
-        processes=True,
+        processes=n > 1,
         dashboard_address=None,
         silence_logs=logging.ERROR,
         preload=list(preload),
