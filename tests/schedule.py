@@ -6,8 +6,8 @@ node runs one job at a time anyway, and the other process goes on with other mod
 (xdist's own `--dist loadgroup` marks do not group under pytest 9.2, which no longer reads the node ids xdist
 rewrites.)
 
-Modules are dealt longest first (`MODULE_SECONDS`, what each took in a measured run; unmeasured ones after, in
-collection order): xdist's own order, most tests first, left the quick start's few long tests and the Slurm group to
+Modules are dealt longest first (`MODULE_SECONDS`, what each took in a measured run; an unmeasured one weighs as
+the median measured module): xdist's own order, most tests first, left the quick start's few long tests and the Slurm group to
 the end, where one process worked on while the other waited. `EOSCALE_TEST_DURATIONS=FILE` writes a run's module
 seconds to FILE (the table's source: copy it to tests/module_seconds.json after a quiet full run).
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -45,6 +46,11 @@ def order_longest_first(items: list, groups: Groups) -> None:
     """`items` (pytest's, in place) with the scopes of the longest measured modules first; a stable sort, so each
     module's tests keep their order and stay together."""
     seconds = json.loads(SECONDS_FILE.read_text()) if SECONDS_FILE.exists() else {}
+    # a module the table has not measured yet (a new one) weighs as the median measured module: dealt last, a
+    # new slow module kept one process working while the other waited at the end
+    unmeasured = statistics.median(seconds.values()) if seconds else 0.0
+    for item in items:
+        seconds.setdefault(module_of(item.nodeid), unmeasured)
     weight: Counter[str] = Counter()
     for module, value in seconds.items():
         weight[groups.scope(module)] += value
