@@ -66,7 +66,7 @@ from eoscale.raster.reader import gdal_cache
 from eoscale.raster.sources import Scene, open_scene, scene_paths
 from eoscale.raster.stac import open_items
 from eoscale.raster.stack import open_reader, stack_scenes
-from eoscale.raster.static import predict_static_layers, static_bands
+from eoscale.raster.static import predict_static_layers, static_bands, static_sources
 from eoscale.sensors import parse_band_map
 from eoscale.sensors.copdem import COPDEM
 from eoscale.track.profiler import Profile, Schedule
@@ -450,6 +450,9 @@ def write_outputs(plan: Plan, config: PredictConfig, scene: Scene, outputs, piec
     checkpoint = str(Path(config.checkpoint).resolve())
     # the whole chain (checkpoint, training run, store, scenes) travels in the map itself and in its STAC Item
     lineage = {**plan.lineage(config), "scenes": [file_record(p) for p in scene.paths]}
+    dems = static_sources(scene)  # the DEM behind the static layers is an input of the map as its scenes are
+    if dems:
+        lineage["static"] = [file_record(p) for p in dems]
     tags = {
         "EOSCALE_CHECKPOINT": checkpoint,
         "EOSCALE_ADAPTER": config.adapter or "",

@@ -6,7 +6,8 @@ STAC Item (`properties["eoscale:lineage"]`, `eoscale.catalog.stac`):
     {"eoscale_version", "checkpoint": {path, size, sha256}, "adapter": {name, path, size, sha256} | None,
      "training_run": {run_id, tracking_uri, experiment_id} | None,
      "store": {path, fingerprint, scenes: [{scene, role, path, size, sha256}]} | None,
-     "trained_with": eoscale version of the fit, "scenes": [{path, size, sha256}]  (the map's own input)}
+     "trained_with": eoscale version of the fit, "scenes": [{path, size, sha256}]  (the map's own input),
+     "static": [{path, size, sha256}]  (the DEM its static layers came from; absent without them)}
 
 `trace` reads it back and compares every file with what it is now: the map with the checksum in its Item, the
 map's scenes, the checkpoint and adapter with their sha256, the store with its fingerprint (every file of it
@@ -44,7 +45,7 @@ MAP_SUFFIXES = ("_landcover.tif", "_change.tif")  # maps whose Item is <scene>_i
 class Link:
     """One link of the chain: what it is, where, what was recorded, what it is now, and whether they agree."""
 
-    kind: str  # map, scene, checkpoint, adapter, training run, store, store input
+    kind: str  # map, scene, static layers' DEM, checkpoint, adapter, training run, store, store input
     path: str | None
     status: str  # OK, CHANGED, MISSING, unknown; FOUND or NOT FOUND for the training run
     recorded: str | None = None  # digest (or run id) recorded when the map was made
@@ -153,6 +154,8 @@ def trace(path: str | Path, *, tracking_uri: str | None = None) -> Chain:
     chain.links.append(_map_link(map_path, item))
     for record in lineage.get("scenes") or []:
         chain.links.append(_file_link("scene", record, digest, depth=1))
+    for record in lineage.get("static") or []:
+        chain.links.append(_file_link("static layers' DEM", record, digest, depth=1))
     chain.links.append(_file_link("checkpoint", lineage.get("checkpoint"), digest))
     if lineage.get("adapter"):
         chain.links.append(_file_link("adapter", lineage["adapter"], digest,

@@ -111,6 +111,19 @@ def write_layers(dem: str, scene: Scene, path: Path, *, layers: tuple[str, ...],
     os.replace(tmp, path)
 
 
+def static_sources(scene: Scene) -> list[str]:
+    """The DEM files the scene's static layers were computed from (each layer file's `source` tag, `write_layers`),
+    for a map's lineage; none for a scene without static layers."""
+    layer_files = dict.fromkeys(b.path for b in scene.bands if b.static)
+    sources = []
+    for path in layer_files:
+        with rasterio.open(path) as src:
+            source = src.tags().get("source")
+        if source and source not in sources:
+            sources.append(source)
+    return sources
+
+
 def with_static_layers(scenes: list[Scene], dem: str | list[str], folder: Path, *,
                        layers: tuple[str, ...] = DEFAULT_LAYERS, accept_datum: str | None = None) -> list[Scene]:
     """`scenes`, each with the `layers` of the DEM that covers it (of `dem`, one or several files) appended as static
@@ -155,5 +168,5 @@ def predict_static_layers(scenes: list[Scene], dems: list[str] | None, needed: l
 
 
 __all__ = ["DEFAULT_LAYERS", "LAYER_NAMES", "OLDER_LAYERS", "STATIC_LAYERS", "as_dems", "check_dem", "covers",
-           "dem_for", "layer_file", "parse_layers", "predict_static_layers", "static_bands", "with_static_layers",
+           "dem_for", "layer_file", "parse_layers", "predict_static_layers", "static_bands", "static_sources", "with_static_layers",
            "write_layers"]

@@ -4,6 +4,7 @@ without --static it is refused in one line, nothing written."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from rio_cogeo.cogeo import cog_validate
 
 from eoscale.bands import SENTINEL2_NAMES
+from eoscale.catalog.digest import CHANGED, OK, file_sha256
 from eoscale.cli import main
 from eoscale.contract import CONTRACT_KEY, BandContract
 from eoscale.raster.dem import static_layers, to_store_values
@@ -74,6 +76,12 @@ def test_predict_adds_the_static_layers_and_writes_valid_cogs(place, which, requ
         assert (src.width, src.height, src.crs) == (scene.width, scene.height, scene.crs)
     valid, errors, _ = cog_validate(str(landcover))
     assert valid and not errors
+    # the DEM is an input of the map as its scene is: in its lineage, checked by `eoscale lineage` (it was not listed)
+    with rasterio.open(landcover) as src:
+        lineage = json.loads(src.tags()["EOSCALE_LINEAGE"])
+    assert [(Path(r["path"]).resolve(), r["sha256"]) for r in lineage["static"]] == [
+        (Path(dem).resolve(), file_sha256(Path(dem)))]
+    assert _links(landcover)["static layers' DEM"] == OK
     # the DEM's values reach the network: 500 m higher ground gives another map (layers of the right names but of
     # any values, zeros included, passed the checks above)
     higher = tmp_path / "higher.tif"
@@ -85,6 +93,15 @@ def test_predict_adds_the_static_layers_and_writes_valid_cogs(place, which, requ
                  "--static", str(higher), "--output", str(tmp_path / "higher"), "--device", "cpu", "--no-progress"]) == 0
     with rasterio.open(landcover) as a, rasterio.open(tmp_path / "higher" / landcover.name) as b:
         assert (a.read(1) != b.read(1)).any()
+    with rasterio.open(higher, "r+") as dst:  # the DEM changes after the map was made from it
+        dst.write(np.where(heights == dst.nodata, heights, heights + 501), 1)
+    assert _links(tmp_path / "higher" / landcover.name)["static layers' DEM"] == CHANGED
+
+
+def _links(map_path: Path) -> dict[str, str]:
+    from eoscale.maps.lineage import trace
+
+    return {link.kind: link.status for link in trace(map_path).links}
 
 
 def test_a_checkpoint_with_static_layers_needs_the_dem(place, static_checkpoint, tmp_path, capsys):
