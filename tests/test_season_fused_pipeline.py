@@ -88,6 +88,8 @@ def test_the_fused_season_pipeline_maps_a_held_out_place_from_its_raw_scenes(tmp
     others = {path for p in manifest["sentinel1"] if p["place"] != "place_004" for path in p["bands"].values()}
     assert not read & others  # the passes over places 0-3 were left out, and predict said so
     assert "left out 12 scene(s) that overlap none of the sentinel-2 scenes given" in done.stderr
+    # and its DEM, the source of its static layers (the lineage named none)
+    assert [Path(r["path"]).relative_to(out / "data").parts[:2] for r in lineage["static"]] == [("dem", "place_004")]
 
     assessment = json.loads((out / "assessment" / "assessment.json").read_text())
     print(f"place 4's overall accuracy after {STEPS} steps: {assessment['overall_accuracy']['estimate']:.3f}")
