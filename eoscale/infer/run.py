@@ -226,7 +226,7 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
     if steps > 1 and (several or composite is not None):  # each place's steps of all its sensors (raster.fused_season)
         opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite, say=notes.append)
     elif several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
-        opened = predict_other_sensors(opened, groups, missing=config.missing_sensor)
+        opened = predict_other_sensors(opened, groups, missing=config.missing_sensor, say=notes.append)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:
         extra = sorted({s.sensor for s in opened} - {model.contract.sensor})
         raise BandMismatchError(f"the checkpoint was trained on {model.contract.sensor} alone and was given "

@@ -22,6 +22,7 @@ of nodata (`missing_file`), which reads as that sensor's channels at 0: the sens
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -277,14 +278,17 @@ def work_folder() -> Path:
     return folder
 
 
-def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse") -> list[Scene]:
+def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse",
+                          say: Callable[[str], None] | None = None) -> list[Scene]:
     """`predict` of a checkpoint of several sensors (`groups`: its contract's `SensorGroup`s, the reference sensor
     first, a DEM's last): the reference sensor's `scenes`, each with the other sensors' bands warped onto its grid as
     an ingest warps them, in a temporary folder removed when the process exits. A sensor the checkpoint was not
     trained with is one line; a sensor missing over a scene is refused in one line, or (`missing="dropout"`) read as
     nodata. A scene of the next sensor that no reference scene overlaps (a place seen by radar only: a cloudy season)
-    is mapped on its own grid, the reference sensor's channels read as nodata (`missing="dropout"`), else refused in
-    one line naming that option."""
+    is mapped on its own grid, the reference sensor's channels read as nodata (`missing="dropout"`); without that
+    option it is left out where reference scenes were given (`say` names it: a user gives a place's optical scenes and
+    the folder of every radar pass of the region, as a season's predict takes them), else refused in one line naming
+    the option."""
     reference = groups[0].name
     trained = check_trained(scenes, groups)
     refs, others = split_by_sensor(scenes, reference)
@@ -295,7 +299,12 @@ def predict_other_sensors(scenes: list[Scene], groups, *, missing: str = "refuse
     # the next sensor's scenes that no reference scene overlaps: each mapped on its own grid (a place seen by radar only)
     lonely = unseen(refs, others.get(trained[1], []) if len(trained) > 1 else [])
     if lonely and missing != "dropout":
-        raise InputError(missing_message(lonely[0], reference, given=bool(refs), dropout=True))
+        if not refs:
+            raise InputError(missing_message(lonely[0], reference, given=False, dropout=True))
+        (say or (lambda line: None))(f"left out {len(lonely)} scene(s) that overlap none of the {reference} scenes "
+                                     f"given: {', '.join(s.id for s in lonely)}")
+        others[trained[1]] = [s for s in others[trained[1]] if s not in lonely]
+        lonely = []
     refs += [blank_scene(s, reference, list(groups[0].bands), folder / "blank") for s in lonely]
     others = {name: others.get(name, []) for name in trained[1:]}
     pairs = pair_scenes(refs, others, missing=missing, dropout_hint=True)

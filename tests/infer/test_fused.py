@@ -192,3 +192,25 @@ def test_a_place_seen_only_by_radar_maps_with_dropout_and_is_refused_without(pla
                 ys, xs = slice(row * 32, (row + 1) * 32), slice(k * 32, (k + 1) * 32)
                 want = np.where(raw.valid[ys, xs], raw.pixels[:, ys, xs], 0)
                 np.testing.assert_array_equal(window[10:], want)
+
+
+def test_radar_scenes_over_other_places_are_left_out_and_named(fused_checkpoint, tmp_path, capsys):
+    """A place's optical scene and the folder of every radar pass of the region (as a season's predict takes them):
+    the pass over the other place is left out and named once, the map made of the place's own scenes (guards: the
+    whole run was refused unless --missing-sensor dropout, which maps the other pass as a place of its own)."""
+    import json
+
+    region = synthesize(tmp_path / "region", scenes=2, size=(96, 128), seed=4, sensors=("s2", "s1"))
+    passes = sorted({item.parent for item in region.sar_items})
+    assert len(passes) == 2
+    out = tmp_path / "maps"
+    assert _predict(fused_checkpoint, out, region.scene_paths[0], *passes) == 0
+    printed = capsys.readouterr()
+    (line,) = [ln for ln in (printed.out + printed.err).splitlines() if "left out" in ln]
+    assert "left out 1 scene(s) that overlap none of the sentinel-2 scenes given" in line
+    assert sorted(p.name for p in out.glob("*_landcover.tif")) == [f"{region.scene_paths[0].stem}_landcover.tif"]
+    with rasterio.open(out / f"{region.scene_paths[0].stem}_landcover.tif") as src:
+        read = {Path(r["path"]).parent for r in json.loads(src.tags()["EOSCALE_LINEAGE"])["scenes"]}
+    (used,) = [p for p in passes if p in read]  # one pass read; the other named as left out, and only it
+    (other,) = [p for p in passes if p != used]
+    assert other.name in line and used.name not in line
