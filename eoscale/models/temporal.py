@@ -14,7 +14,13 @@ the loader dropped, padding):
 - `utae` (`UTAE`, after Garnot & Landrieu 2021): a timm backbone run on every valid date (the repo's
   `create_backbone`, e.g. resnet18; a masked date is left out of its batch, and of its BatchNorm statistics), L-TAE attention over the dates at its coarsest map (`eoscale.models.ltae`), whose per-head
   weights, upsampled, aggregate every finer map over the dates (missing dates weigh 0 there too), then the FPN
-  decoder.
+  decoder. With `pixel_mask` (every fit's since issue 47; off for older checkpoints, as they were fitted) a date is
+  left out also where it holds nothing at a pixel (every channel 0 after the preparation: a cloud, a step of another
+  sensor): in L-TAE at each cell of the coarsest map with no such pixel, and at every skip's pixel (its weights
+  renormalised over the dates that hold data there). A tile-level mask alone (U-TAE's published `pad_mask`, for
+  sequence padding) attends to a clouded pixel's zeros as an observation of the mean spectrum. With
+  `fusion="stems"` and the input's `sensors`, each date's sensors enter the backbone through their own stems,
+  averaged over those present at each pixel (`eoscale.models.fusion.SensorStems`).
 
 `dates` are days since 1970-01-01 (int64, `eoscale.data.stream.NO_DATE` where unknown): `date_coords` makes
 Prithvi's (year, day of year) of them; L-TAE's positions are each date's day of the year (`date_encoding=
