@@ -170,3 +170,27 @@ def test_the_loader_predict_and_serve_prepare_a_window_bit_for_bit_alike(case, r
             compared += 1
             blanked += int((loader == 0).sum())
     assert compared >= 2 and blanked  # tiles compared, pixels (or a sensor's) without data among them
+
+
+def test_a_band_selection_holds_only_the_dates_its_own_sensor_observed(fused_season):
+    """A model of one sensor's bands of a season of two (`TileDataModule(bands=…)`, as `bench fusion --dates` fits
+    the S2 and S1 seasons) is handed as valid only the dates where those bands hold data, which is what predict and
+    serve find (`dates_held` of the prepared window). Guards: the loader took the store's `date_valid` (any sensor's
+    data), so a radar model was trained on the optical dates as all-zero dates that counted, and an optical one on
+    the radar passes, dates predict leaves out."""
+    store, _ = fused_season
+    groups = [g for g in TileDataModule(store).sensor_groups if g.name != "copdem"]
+    data = open_store(store).load()
+    images = torch.from_numpy(data[schema.IMAGES].values)
+    days = data[schema.DATES].values.astype("datetime64[D]").astype(np.int64)
+    padded = 0
+    for group in groups:
+        dm = TileDataModule(store, batch_size=1, num_workers=0, augment=False, shared_memory=False,
+                            bands=list(group.bands))
+        picked = [list(data[schema.BAND].values).index(b) for b in group.bands]
+        loaded = dm.normalise({"image": images[:, :, picked], "dates": torch.from_numpy(days),
+                               "date_valid": torch.from_numpy(data[schema.DATE_VALID].values)})
+        held = loaded["date_valid"] > 0
+        assert torch.equal(held, loaded["image"].flatten(2).ne(0).any(2)), group.name
+        padded += int(((torch.from_numpy(data[schema.DATE_VALID].values) > 0) & ~held).sum())
+    assert padded  # dates the store holds that one sensor's bands do not: what the test is about

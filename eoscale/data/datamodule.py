@@ -28,7 +28,8 @@ The LightningModule's batches are `{"image": float32 (B, C, T, T), "label": int6
 (B, T, T) per-pixel values (NaN where unknown or without data, turned with the image) instead of "label", loaded
 without the shared-memory handover. A store of T > 1 dates a tile gives "image" float32 (B, T, C, H, W) (the
 same per-band statistics on every date; a date without observations reads 0), "date_valid" float32 (B, T), each
-date's share of pixels with data (0: a masked step, which models leave out) and "dates" int64 (B, T), days since
+date's share of pixels with data (0: a masked step, or one where the chosen `bands` hold nothing, which models
+leave out, as predict and serve do) and "dates" int64 (B, T), days since
 1970-01-01 (`eoscale.data.stream.NO_DATE` where unknown); training may drop dates (`date_dropout`) and keep
 `max_dates` of them a tile; every date of a tile turns alike. `date_step=k` reads such a store as a single-date one:
 step k of every tile, 4-D batches as of a one-date store (its pixels without data on that date read 0), so a
@@ -78,7 +79,7 @@ from eoscale.data.handover import _WIRE, Handover, forget, hooks_allowed
 from eoscale.data.partition import train_subset
 from eoscale.data.stream import TileStream
 from eoscale.errors import BandMismatchError, InputError
-from eoscale.inputs.prepare import prepare, presence_from_nodata
+from eoscale.inputs.prepare import dates_held, prepare, presence_from_nodata
 from eoscale.inputs.spec import InputSpec
 from eoscale.sensors import recorded_sensor
 from eoscale.sensors.groups import SensorGroup, as_record, groups_of, select_groups
@@ -427,6 +428,11 @@ class TileDataModule(LightningDataModule):
                 presence = presence & (step_valid > 0)[:, None, None, None]
             date_valid = out["date_valid"] > 0 if x.ndim == 5 else None
             out["image"] = prepare(spec, x, presence=presence, date_valid=date_valid)
+            if date_valid is not None:
+                # the store's date_valid counts every sensor's data; a date where the chosen bands hold nothing (a
+                # radar pass for the optical bands, an optical date for the radar's) is no date for this model, as
+                # predict and serve find it (`dates_held` of the prepared window)
+                out["date_valid"] = out["date_valid"] * dates_held(out["image"])
         label = out.get("label")
         if label is not None and label.dtype == torch.uint8:
             out["label"] = label.to(torch.int64)

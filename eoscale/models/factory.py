@@ -115,15 +115,18 @@ def build_model(
     size (`trees`, `nodes`, `depth`) from the keywords, for a checkpoint's weights to fill.
     `fusion` builds a segmentation model of several sensors (`eoscale.models.fusion`): `sensors` are the input's
     groups (`[{"name", "bands"}]` in channel order), each entering through its own stem of `fusion_width` channels
-    ("stems", any backbone) or its own patch embedding ("tokens", plain ViTs); without `fusion` the bands of all
+    ("stems", any backbone, and U-TAE's per-date backbone) or its own patch embedding ("tokens", plain ViTs); without `fusion` the bands of all
     sensors go into one network as they are (early fusion; `sensors` is then not used).
     """
-    if fusion is not None and (backbone in TREE_MODELS or architecture is not None):
-        raise InputError(f"fusion={fusion!r} is for single-date segmentation networks, not "
+    if fusion is not None and (backbone in TREE_MODELS or (architecture is not None and
+                                                           (architecture, fusion) != ("utae", "stems"))):
+        raise InputError(f"fusion={fusion!r} is for single-date segmentation networks and U-TAE's stems, not "
                          f"{architecture or backbone!r}: leave fusion out")
     if backbone in TREE_MODELS:
         return TreeEnsemble(in_chans=in_chans, num_classes=num_classes, **backbone_kwargs)
     if architecture is not None:
+        if fusion is not None:  # U-TAE: the stems of each date's sensors before its per-date backbone
+            backbone_kwargs.update(sensors=sensors, fusion=fusion, fusion_width=fusion_width)
         return build_temporal_model(architecture, backbone=backbone, in_chans=in_chans, num_classes=num_classes,
                                     img_size=img_size, decoder_channels=decoder_channels, weights=weights,
                                     drop_path_rate=drop_path_rate, dropout=dropout, **backbone_kwargs)

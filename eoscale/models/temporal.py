@@ -14,7 +14,13 @@ the loader dropped, padding):
 - `utae` (`UTAE`, after Garnot & Landrieu 2021): a timm backbone run on every valid date (the repo's
   `create_backbone`, e.g. resnet18; a masked date is left out of its batch, and of its BatchNorm statistics), L-TAE attention over the dates at its coarsest map (`eoscale.models.ltae`), whose per-head
   weights, upsampled, aggregate every finer map over the dates (missing dates weigh 0 there too), then the FPN
-  decoder.
+  decoder. With `pixel_mask` (every fit's since issue 47; off for older checkpoints, as they were fitted) a date is
+  left out also where it holds nothing at a pixel (every channel 0 after the preparation: a cloud, a step of another
+  sensor): in L-TAE at each cell of the coarsest map with no such pixel, and at every skip's pixel (its weights
+  renormalised over the dates that hold data there). A tile-level mask alone (U-TAE's published `pad_mask`, for
+  sequence padding) attends to a clouded pixel's zeros as an observation of the mean spectrum. With
+  `fusion="stems"` and the input's `sensors`, each date's sensors enter the backbone through their own stems,
+  averaged over those present at each pixel (`eoscale.models.fusion.SensorStems`).
 
 `dates` are days since 1970-01-01 (int64, `eoscale.data.stream.NO_DATE` where unknown): `date_coords` makes
 Prithvi's (year, day of year) of them; L-TAE's positions are each date's day of the year (`date_encoding=
@@ -26,7 +32,7 @@ A 4-D batch (B, C, H, W) runs as one date.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -35,6 +41,7 @@ from torch import Tensor, nn
 
 from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, create_backbone, read_state_dict
+from eoscale.models.fusion import SensorStems, sensor_groups
 from eoscale.models.heads import FPNDecoder, SimpleFeaturePyramid
 from eoscale.models.ltae import LTAE, grouped_attention
 from eoscale.models.temporal_vit import TemporalViT, load_prithvi_state
@@ -152,13 +159,20 @@ class UTAE(nn.Module):
     def __init__(self, *, in_chans: int, num_classes: int, backbone: str = "resnet18", img_size: int | None = None,
                  n_head: int = 16, d_k: int = 4, d_model: int = 256, ltae_dropout: float = 0.2,
                  decoder_channels: int = 128, dropout: float = 0.0, drop_path_rate: float = 0.0,
-                 date_encoding: str = "day_of_year", **backbone_kwargs) -> None:
+                 date_encoding: str = "day_of_year", pixel_mask: bool = False, sensors: Sequence[Mapping] | None = None,
+                 fusion: str | None = None, fusion_width: int = 32, **backbone_kwargs) -> None:
         super().__init__()
         if date_encoding not in DATE_ENCODINGS:
             raise InputError(f"date_encoding={date_encoding!r}: choose one of {', '.join(DATE_ENCODINGS)}")
+        if fusion not in (None, "stems"):
+            raise InputError(f"fusion={fusion!r}: a U-TAE takes fusion='stems' (one stem a sensor) or none")
         self.positions = day_of_year if date_encoding == "day_of_year" else season_days
-        self.backbone = create_backbone(backbone, in_chans=in_chans, img_size=img_size, drop_path_rate=drop_path_rate,
-                                        **backbone_kwargs)
+        self.pixel_mask = bool(pixel_mask)
+        self.stems = None
+        if fusion == "stems":
+            self.stems = SensorStems(sensor_groups(sensors, in_chans=in_chans, fusion=fusion), width=fusion_width)
+        self.backbone = create_backbone(backbone, in_chans=in_chans if self.stems is None else self.stems.channels,
+                                        img_size=img_size, drop_path_rate=drop_path_rate, **backbone_kwargs)
         channels = list(self.backbone.channels)
         self.ltae = LTAE(channels[-1], n_head=n_head, d_k=d_k, d_model=d_model, mlp=(d_model, channels[-1]),
                          dropout=ltae_dropout)
@@ -168,12 +182,14 @@ class UTAE(nn.Module):
                 location: Tensor | None = None) -> Tensor:
         image, dates, mask = _as_stack(image, dates, date_valid)
         b, t = image.shape[:2]
+        held = image.ne(0).any(dim=2) & mask[:, :, None, None] if self.pixel_mask else None  # (B, T, H, W)
         features = [f.unflatten(0, (b, t)) for f in self._per_date(image.flatten(0, 1), mask.flatten())]
         coarse = features[-1]
         _, _, c, h, w = coarse.shape
         pixels = coarse.permute(0, 3, 4, 1, 2).reshape(b * h * w, t, c)
         per_pixel = lambda a: a[:, None, None].expand(b, h, w, t).reshape(b * h * w, t)  # noqa: E731
-        out, attention = self.ltae(pixels, per_pixel(self.positions(dates, mask)), per_pixel(mask))
+        valid = per_pixel(mask) if held is None else _held_at(held, (h, w)).permute(0, 2, 3, 1).reshape(b * h * w, t)
+        out, attention = self.ltae(pixels, per_pixel(self.positions(dates, mask)), valid)
         top = out.view(b, h, w, -1).permute(0, 3, 1, 2)
         attention = attention.view(-1, b, h, w, t).permute(0, 1, 4, 2, 3)  # (heads, B, T, h, w)
         maps = []
@@ -181,6 +197,10 @@ class UTAE(nn.Module):
             size = skip.shape[-2:]
             weights = F.interpolate(attention.flatten(0, 2)[:, None], size=size, mode="bilinear", align_corners=False)
             weights = weights.view(*attention.shape[:3], *size)
+            if held is not None:  # a date that holds nothing at the skip's pixel weighs 0 there, the rest 1 in all
+                kept = weights * _held_at(held, size)
+                total = kept.sum(dim=2, keepdim=True)
+                weights = torch.where(total > 0, kept / total.clamp_min(1e-12), weights)
             if skip.shape[2] % attention.shape[0]:  # channels that do not split among the heads: their mean
                 weights = weights.mean(dim=0, keepdim=True)
             maps.append(grouped_attention(skip, weights))
@@ -191,15 +211,22 @@ class UTAE(nn.Module):
         """The backbone's maps (B*T, C, h, w) of every date, computed on the valid dates only: a masked date (no
         observation, padding, dropped) takes no part in the batch statistics of the backbone's BatchNorm layers
         (its maps are zeros, which L-TAE and the skips weigh 0)."""
+        encode = self.backbone if self.stems is None else lambda x: self.backbone(self.stems(x))
         if images.device.type == "meta" or bool(valid.all()) or not bool(valid.any()):  # (meta: `eoscale plan`)
-            return self.backbone(images)
-        kept = self.backbone(images[valid])
+            return encode(images)
+        kept = encode(images[valid])
         out = []
         for f in kept:
             full = f.new_zeros((len(images), *f.shape[1:]))
             full[valid] = f
             out.append(full)
         return out
+
+
+def _held_at(held: Tensor, size: tuple[int, int]) -> Tensor:
+    """(B, T, h, w) float: 1 where a date holds data at any pixel of a cell of the map of `size` (`held`: (B, T, H, W)
+    bool, the prepared window's pixels that are not all 0)."""
+    return F.adaptive_max_pool2d(held.flatten(0, 1)[:, None].to(torch.float32), size).view(*held.shape[:2], *size)
 
 
 def build_temporal_model(architecture: str, *, in_chans: int, num_classes: int, img_size: int | None = None,

@@ -224,3 +224,50 @@ def test_utae_positions_a_date_by_its_day_of_the_year_whatever_the_tiles_first_v
 
     task = TemporalSegmentationTask("utae", backbone_kwargs={"n_head": 4, "d_model": 32})
     assert model_args_from_hparams(task.hparams)["date_encoding"] == "day_of_year"  # recorded in every new checkpoint
+
+
+def test_utae_pixel_mask_gives_a_date_no_weight_where_it_holds_nothing():
+    """Issue 47: L-TAE's mask was a tile's dates only, so at the pixels a cloud hid on a date (every channel 0 after
+    the preparation) that date was attended to as an observation of the mean spectrum. With `pixel_mask` (every new
+    fit's, `TemporalSegmentationTask`), a date weighs 0 at the cells of the coarse map where it holds nothing."""
+    torch.manual_seed(0)
+    options = {"backbone": "resnet18", "n_head": 4, "d_model": 32, "out_indices": [1, 2, 3]}  # coarse map 2×2
+    x, dates = torch.randn(1, 3, 5, 32, 32), torch.tensor([[19700, 19730, 19760]])
+    x[0, 1, :, :, :16] = 0  # the second date clouded over the left half of the tile
+    seen = {}
+    for pixel_mask in (False, True):
+        model = build_temporal_model("utae", in_chans=5, num_classes=3, img_size=32, pixel_mask=pixel_mask,
+                                     **options).eval()
+        model.ltae.register_forward_hook(lambda module, args, out, key=pixel_mask: seen.update({key: out[1]}))
+        with torch.no_grad():
+            model(x, dates=dates, date_valid=torch.ones(1, 3))
+    left, right = [0, 2], [1, 3]  # the 2×2 cells, row-major
+    assert (seen[True][:, left, 1] == 0).all() and (seen[True][:, right, 1] > 0).all()
+    assert (seen[False][:, left, 1] > 0).all()  # without it, the clouded date counted
+
+
+def test_utae_stems_take_each_sensor_through_its_own_stem_and_old_checkpoints_rebuild_without_the_new_parts():
+    """A U-TAE of several sensors (`fusion="stems"`: each date's sensors averaged over those present at each pixel,
+    before the per-date backbone) is built from the model args a new checkpoint records; a U-TAE checkpoint of
+    before (no `pixel_mask`, no `fusion` in its args) rebuilds as it was fitted."""
+    from eoscale.contract import model_args_from_hparams, model_spec
+    from eoscale.models import build_model
+    from eoscale.train.tasks.temporal import TemporalSegmentationTask
+
+    task = TemporalSegmentationTask("utae", backbone_kwargs={"n_head": 4, "d_model": 32}, fusion="stems")
+    sensors = [{"name": "sentinel-2", "bands": ["B02", "B03", "B04"]}, {"name": "sentinel-1", "bands": ["VV", "VH"]}]
+    task.hparams.update(in_chans=5, num_classes=3, img_size=32, sensors=sensors)
+    args = model_args_from_hparams(task.hparams)
+    assert args["pixel_mask"] is True and args["fusion"] == "stems" and args["sensors"] == sensors
+    model = build_model(**args).eval()
+    assert model.stems is not None and model.backbone.net.conv1.in_channels == model.stems.channels
+    x = torch.randn(2, 3, 5, 32, 32)
+    x[:, :, :3, :16] = 0  # the optical group absent over the top half of every date
+    with torch.no_grad():
+        assert model(x, dates=torch.tensor([[19700, 19730, 19760]] * 2)).shape == (2, 3, 32, 32)
+    old = model_spec({"eoscale_model": {"args": {"architecture": "utae", "backbone": "resnet18", "in_chans": 5,
+                                                 "num_classes": 3, "n_head": 4, "d_model": 32}}}, "x.ckpt")
+    rebuilt = build_model(**old["args"])
+    assert rebuilt.pixel_mask is False and rebuilt.stems is None
+    with pytest.raises(InputError, match="fusion='tokens'"):
+        build_model("resnet18", architecture="utae", in_chans=5, num_classes=3, fusion="tokens", sensors=sensors)

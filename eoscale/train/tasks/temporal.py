@@ -43,7 +43,9 @@ class TemporalSegmentationTask(SegmentationTask):
         if options.get("finetune", "full") == "lora":
             raise InputError("finetune='lora' is not offered for temporal models yet: use 'full' or 'linear'")
         if architecture == "utae":  # recorded in the checkpoint's model args: older ones are read as "first_valid"
-            options["backbone_kwargs"] = {"date_encoding": "day_of_year", **(options.get("backbone_kwargs") or {})}
+            # and without the pixel mask (`eoscale.models.temporal.UTAE`), as they were fitted
+            options["backbone_kwargs"] = {"date_encoding": "day_of_year", "pixel_mask": True,
+                                          **(options.get("backbone_kwargs") or {})}
         super().__init__(backbone, **options)
         self.save_hyperparameters()
 
@@ -60,7 +62,9 @@ class TemporalSegmentationTask(SegmentationTask):
             [str(i) for i in range(h.num_classes)]
         return build_model(h.backbone, architecture=h.architecture, in_chans=h.in_chans, num_classes=h.num_classes,
                            img_size=h.img_size, decoder_channels=h.decoder_channels, weights=h.weights,
-                           drop_path_rate=h.drop_path_rate, dropout=h.dropout, **(h.get("backbone_kwargs") or {}))
+                           drop_path_rate=h.drop_path_rate, dropout=h.dropout, fusion=h.get("fusion"),
+                           sensors=h.get("sensors"), fusion_width=h.get("fusion_width") or 32,
+                           **(h.get("backbone_kwargs") or {}))
 
     def logits(self, batch: dict[str, Tensor]) -> Tensor:
         return self.model(batch["image"], dates=batch.get("dates"), date_valid=batch.get("date_valid"))
