@@ -4,8 +4,9 @@ A real labelled scene is cut in two halves (`--hold-out south`: the north half t
 scored; or `north`, `east`, `west`). The train half is ingested with its labels as a user would (`eoscale ingest`,
 tiles of `--tile-size`, split train/val 0.8/0.2, so the val blocks of the train half choose what needs choosing); then, each through the
 user's commands, the forest (`eoscale fit --config configs/forest.yaml`) and the network (`--config`, a CPU budget
-of `--minutes`, as `eoscale bench learning STORE` fits it) are fitted, and each maps both halves
-(`eoscale predict --probabilities`). Scored on every valid pixel of the held-out half:
+of `--minutes`, as `eoscale bench learning STORE` fits it) are fitted, and each maps the held-out half
+(`eoscale predict --probabilities`) and the val tiles of the train half (read from the store as training validated
+them; `eoscale.bench.learning_maps`). Scored on every valid pixel of the held-out half:
 
 - `forest` and `network`: the two checkpoints' maps;
 - `stack`: the mixture `w · forest + (1 − w) · network` of their class probabilities, `w` (0, 0.1, …, 1) chosen by
@@ -19,8 +20,10 @@ With `--pretrain MINUTES`, one more network: `--config`'s encoder first pretrain
 default) on both halves' pixels without labels for MINUTES, then fitted from it for the rest of `--minutes`
 (`network_pretrained`), against `network` from scratch for all of them; its gain is a line of its own.
 
-A seed's fits that finished in `--work` are kept (`seed<N>/forest.json`, `network.json`) and not fitted again, and so
-is a finished seed's result (`seed<N>/result-pretrain<MINUTES>.json`): a run cut short keeps its finished seeds.
+A seed's fits and maps that finished in `--work` are kept (`seed<N>/forest-<KEY>/`, `network-<KEY>/`, the KEY
+naming what the fit depends on) and not made again, and so is a finished seed's result (`seed<N>/result-<KEY>.json`):
+a run cut short keeps its finished seeds, and another network recipe run in the same `--work` shares the ingest, the
+forests and the scikit-learn baselines, and fits only its network.
 
     eoscale bench learning --scene zion.vrt --band-names B02,B03,B04,B08 --labels labels_nlcd2011.tif \\
         --classes classes.csv --hold-out south --minutes 3 --seeds 0,1 --label default
@@ -31,19 +34,18 @@ mIoU is over the classes present in the held-out half's labels (`eoscale.models.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import shlex
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
+from eoscale.bench.learning_maps import _pixel_features, pixel_forest, probabilities, tile_probabilities  # noqa: F401
+
 HOLD_OUTS = ("south", "north", "east", "west")
 WEIGHTS = tuple(round(w, 1) for w in np.linspace(0, 1, 11))  # the forest's share in the stack
 MEANS_PX = (5, 15)  # the windows of the means forest's neighbourhood features
-BASELINE_TREES = 200
-BASELINE_PIXELS = 200_000  # pixels the scikit-learn baselines are fitted on, drawn from the train half
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -160,59 +162,6 @@ def score(truth: np.ndarray, predicted: np.ndarray, names: list[str]) -> dict:
             "pixels": int(confusion.sum())}
 
 
-def probabilities(checkpoint: Path, scene: Path, output: Path) -> np.ndarray:
-    """`eoscale predict --probabilities` of `scene`: every class's probability, (classes, height, width)."""
-    import shutil
-
-    import rasterio
-
-    shutil.rmtree(output, ignore_errors=True)  # the maps of an earlier run in the work folder
-    argv = [sys.executable, "-m", "eoscale", "predict", "--checkpoint", str(checkpoint), "--input", str(scene),
-            "--output", str(output), "--probabilities", "--device", "cpu", "--no-progress"]
-    done = subprocess.run(argv, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"{shlex.join(argv)} failed:\n{done.stderr[-3000:]}")
-    with rasterio.open(next(output.rglob("*_probabilities.tif"))) as src:
-        return src.read().astype(np.float32) * src.scales[0]
-
-
-def pixel_forest(train: np.ndarray, truth: np.ndarray, images: list[np.ndarray], *, nodata, means: tuple[int, ...],
-                 classes: int, seed: int) -> tuple[list[np.ndarray], float]:
-    """A scikit-learn random forest on the band values (and their means over `means` px windows) of up to
-    `BASELINE_PIXELS` labelled pixels of `train` (`truth`: their class indices): its class probabilities
-    `(classes, height, width)` on each of `images` (0 where they have no data), and its fitting seconds."""
-    from sklearn.ensemble import RandomForestClassifier
-
-    from eoscale.classes import IGNORE_INDEX
-
-    train_x, train_valid = _pixel_features(train, nodata, means)
-    labelled = np.flatnonzero(train_valid.ravel() & (truth.ravel() != IGNORE_INDEX))
-    picked = np.random.default_rng(seed).choice(labelled, min(BASELINE_PIXELS, labelled.size), replace=False)
-    started = time.perf_counter()
-    forest = RandomForestClassifier(BASELINE_TREES, n_jobs=1, random_state=seed)
-    forest.fit(train_x[picked], truth.ravel()[picked])
-    seconds = time.perf_counter() - started
-    mapped = []
-    for image in images:
-        x, valid = _pixel_features(image, nodata, means)
-        proba = np.zeros((valid.size, classes), dtype=np.float32)
-        proba[np.ix_(valid.ravel(), forest.classes_)] = forest.predict_proba(x[valid.ravel()])
-        mapped.append(proba.T.reshape(classes, *valid.shape))
-    return mapped, seconds
-
-
-def _pixel_features(image: np.ndarray, nodata, means: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    from scipy.ndimage import uniform_filter
-
-    valid = np.ones(image.shape[1:], bool) if nodata is None else ~np.any(image == nodata, axis=0)
-    bands = [b.astype(np.float32) for b in image]
-    features = list(bands)
-    for size in means:  # the mean of the valid pixels in the window
-        weight = np.maximum(uniform_filter(valid.astype(np.float32), size, mode="constant"), 1e-6)
-        features += [uniform_filter(np.where(valid, b, 0), size, mode="constant") / weight for b in bands]
-    return np.stack(features, axis=-1).reshape(-1, len(features)), valid
-
-
 def val_mask(store: str, shape: tuple[int, int]) -> np.ndarray:
     """The pixels of the train half in the store's val tiles: where the stack's weight is chosen."""
     import xarray as xr
@@ -230,9 +179,10 @@ def val_mask(store: str, shape: tuple[int, int]) -> np.ndarray:
 
 def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     """Every model of the module's docstring fitted on the train half of `args.scene` (seeded `seed`) and scored on
-    its held-out half; the halves and the store are made once in `work`, each seed's fits in `work/seed<N>`."""
-    import rasterio
-
+    its held-out half. The halves and the store are made once in `work` for every seed and recipe; each seed's fits
+    and maps are kept in `work/seed<N>`, in a folder named by what they depend on (`_key`), so that a run of
+    another network recipe in the same `--work` fits only its network again. Each model maps the held-out half
+    (scored) and the train half's val tiles (the stack's weight), nothing else."""
     from eoscale.bench.learning_fits import _checkpoint, fit_forest, fit_network, network_seed_args
     from eoscale.classes import IGNORE_INDEX, ClassTable
     from eoscale.ingest import ingest
@@ -246,32 +196,38 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
         ingest([str(work / "train.tif")], store, labels=[str(args.labels)], classes=args.classes,
                split=(0.8, 0.2, 0.0), tile_size=args.tile_size, workers=1, progress=False)
     truth = {part: class_indices(cut[part], cut[f"{part}_valid"], table) for part in ("train", "test")}
-    val = np.where(val_mask(str(store), truth["train"].shape), truth["train"], IGNORE_INDEX)
+    shape = truth["train"].shape
+    val = np.where(val_mask(str(store), shape), truth["train"], IGNORE_INDEX)
     runs = work / f"seed{seed}"
-    seeded = ["--seed_everything", str(seed)]
-    forest = _once(runs / "forest.json", lambda: fit_forest(
-        str(store), runs, config=args.forest_config,
-        extra=seeded + ["--model.init_args.seed", str(seed)] + shlex.split(args.forest_args)))
-    network = _once(runs / "network.json", lambda: fit_network(
-        str(store), runs, config=args.config, extra=network_seed_args(seed) + shlex.split(args.fit_args),
-        minutes=args.minutes,
-        batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
+
+    def maps(root: Path) -> dict:  # a checkpoint's probabilities on the held-out half and on the val tiles
+        return _maps_once(root / "maps.npz", lambda: {
+            "test": probabilities(_checkpoint(root), work / "test.tif", root / "maps-test"),
+            "train": tile_probabilities(_checkpoint(root), str(store), shape, batch_size=args.batch_size)})
+
+    folder = runs / f"forest-{_key(args.forest_config, args.forest_args)}"
+    forest = _once(folder / "forest.json", lambda: fit_forest(
+        str(store), folder, config=args.forest_config,
+        extra=["--seed_everything", str(seed), "--model.init_args.seed", str(seed)] + shlex.split(args.forest_args)))
+    mapped = {"forest": maps(folder / "forest")}
+    network_args = (args.config, args.fit_args, args.minutes, args.batch_size, args.workers, args.calibration_steps,
+                    args.validate_every)
+    folder = runs / f"network-{_key(*network_args)}"
+    network = _once(folder / "network.json", lambda: fit_network(
+        str(store), folder, config=args.config, extra=network_seed_args(seed) + shlex.split(args.fit_args),
+        minutes=args.minutes, batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
         validate_every=args.validate_every))
-    fits = [("forest", runs / "forest"), ("network", runs / "fit")]
+    mapped["network"] = maps(folder / "fit")
     if args.pretrain:  # the same budget: pretraining's minutes and the fit's from its encoder
-        pretrained = pretrain(args, work, runs / "pretrained", seed=seed)
+        folder = runs / f"pretrained-{_key(*network_args, args.pretrain, args.pretrain_config, args.pretrain_args)}"
+        pretrained = pretrain(args, work, folder, seed=seed)
         initial = ["--model.init_args.weights", pretrained["backbone"]]
-        network_pretrained = _once(runs / "pretrained" / "network.json", lambda: fit_network(
-            str(store), runs / "pretrained", config=args.config,
+        network_pretrained = _once(folder / "network.json", lambda: fit_network(
+            str(store), folder, config=args.config,
             extra=network_seed_args(seed) + initial + shlex.split(args.fit_args), minutes=args.minutes - args.pretrain,
             batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
             validate_every=args.validate_every))
-        fits.append(("network_pretrained", runs / "pretrained" / "fit"))
-    mapped = {}
-    for model, root in fits:
-        checkpoint = _checkpoint(root)
-        mapped[model] = {part: probabilities(checkpoint, work / f"{part}.tif", runs / f"maps-{model}-{part}")
-                         for part in ("train", "test")}
+        mapped["network_pretrained"] = maps(folder / "fit")
     weight, by_weight = choose_weight(mapped, val, names)
     result = {"seed": seed,
               "forest": {**score(truth["test"], mapped["forest"]["test"].argmax(0), names),
@@ -280,19 +236,8 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
                           **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")}},
               "stack": {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                         "val_miou_by_weight": by_weight}}
-    with rasterio.open(work / "train.tif") as src:
-        train_image, nodata = src.read(), src.nodata
-    with rasterio.open(work / "test.tif") as src:
-        test_image = src.read()
-    for model, means in (("pixel_forest", ()), ("means_forest", MEANS_PX)):  # the baselines: every labelled pixel
-        (test,), seconds = pixel_forest(train_image, truth["train"], [test_image], nodata=nodata, means=means,
-                                        classes=len(names), seed=seed)
-        result[model] = {**score(truth["test"], test.argmax(0), names), "fit_seconds": seconds}
-    # the means forest beside the network: fitted without the val tiles' pixels, which choose its weight
-    unseen = np.where(val == IGNORE_INDEX, truth["train"], IGNORE_INDEX)
-    (train, test), _ = pixel_forest(train_image, unseen, [train_image, test_image], nodata=nodata, means=MEANS_PX,
-                                    classes=len(names), seed=seed)
-    mapped["forest"] = {"train": train, "test": test}
+    scored, mapped["forest"] = baselines(work, runs, truth, val, names, seed=seed)
+    result |= scored
     weight, by_weight = choose_weight(mapped, val, names)
     result["stack_means"] = {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
                              "val_miou_by_weight": by_weight}
@@ -305,6 +250,58 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
     forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
     result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in models(args)[3:]}
     return result
+
+
+def baselines(work: Path, runs: Path, truth: dict, val: np.ndarray, names: list[str], *,
+              seed: int) -> tuple[dict, dict[str, np.ndarray]]:
+    """The scikit-learn forests of the seed, which no recipe changes (kept in `runs`, fitted once): the per-pixel
+    and the means forest on every labelled pixel of the train half, scored on the held-out half; and the means
+    forest fitted without the val tiles' pixels, its probabilities on the held-out half and on the val tiles kept
+    (`means-forest-unseen.npz`) for the stack beside the network."""
+    import rasterio
+
+    from eoscale.classes import IGNORE_INDEX
+
+    done, maps = runs / "baselines.json", runs / "means-forest-unseen.npz"
+    if done.is_file() and maps.is_file():
+        return json.loads(done.read_text()), _maps_once(maps, dict)
+    with rasterio.open(work / "train.tif") as src:
+        train_image, nodata = src.read(), src.nodata
+    with rasterio.open(work / "test.tif") as src:
+        test_image = src.read()
+    result = {}
+    for model, means in (("pixel_forest", ()), ("means_forest", MEANS_PX)):  # every labelled pixel
+        (test,), seconds = pixel_forest(train_image, truth["train"], [test_image], nodata=nodata, means=means,
+                                        classes=len(names), seed=seed)
+        result[model] = {**score(truth["test"], test.argmax(0), names), "fit_seconds": seconds}
+    unseen = np.where(val == IGNORE_INDEX, truth["train"], IGNORE_INDEX)
+    (train, test), _ = pixel_forest(train_image, unseen, [train_image, test_image], nodata=nodata, means=MEANS_PX,
+                                    classes=len(names), seed=seed, where=[val != IGNORE_INDEX, None])
+    unseen = _maps_once(maps, lambda: {"train": train, "test": test})
+    done.write_text(json.dumps(result))
+    return result, unseen
+
+
+def _recipe(args: argparse.Namespace) -> tuple:
+    """Everything a seed's result depends on besides the seed (the scene, its cut and every fit's options)."""
+    return (args.scene, args.labels, args.classes, args.band_names, args.hold_out, args.tile_size, args.config,
+            args.fit_args, args.minutes, args.batch_size, args.workers, args.calibration_steps, args.validate_every,
+            args.forest_config, args.forest_args, args.pretrain, args.pretrain_config, args.pretrain_args)
+
+
+def _key(*recipe) -> str:
+    """A short name of what a fit depends on: the folder of a seed's fit of that recipe."""
+    return hashlib.sha256(json.dumps(recipe, default=str).encode()).hexdigest()[:10]
+
+
+def _maps_once(done: Path, make) -> dict[str, np.ndarray]:
+    """`make()`'s probability maps by part, kept in `done` (.npz): a finished seed's maps are not made again."""
+    if not done.is_file():
+        maps = make()
+        done.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(done, **maps)
+    with np.load(done) as kept:
+        return {part: kept[part] for part in kept.files}
 
 
 def pretrain(args: argparse.Namespace, work: Path, runs: Path, *, seed: int) -> dict:
@@ -326,11 +323,10 @@ def pretrain(args: argparse.Namespace, work: Path, runs: Path, *, seed: int) -> 
 
 def _once(done: Path, fit) -> dict:
     """`fit()`'s figures, kept in `done`: a seed's fit that finished in the work folder is not fitted again."""
-    import json
-
     if done.is_file():
         return json.loads(done.read_text())
     figures = fit()
+    done.parent.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(figures, default=str))
     return figures
 
@@ -372,7 +368,7 @@ def run(args: argparse.Namespace, seeds: list[int] | None) -> int:
         for seed in seeds:
             print(f"seed {seed}: {args.scene}, held-out half {args.hold_out} …")
             # a seed that finished in --work is not run again: a run cut short keeps its finished seeds
-            results.append(_once(work / f"seed{seed}" / f"result-pretrain{args.pretrain:g}.json",
+            results.append(_once(work / f"seed{seed}" / f"result-{_key(*_recipe(args))}.json",
                                  lambda seed=seed: bench_scene(args, work, seed=seed)))
             print("  " + ", ".join(f"{m} {results[-1][m]['miou']:.3f}" for m in models(args)))
     summary = {m: {"miou_mean": float(np.mean([r[m]["miou"] for r in results])),

@@ -176,3 +176,65 @@ def test_pretraining_runs_for_its_minutes_and_writes_the_encoder_in_the_work_fol
     assert figures["max_steps"] == 125  # 0.9 · 300 s / 2 s = 135 steps, in whole validations of 25
     assert pretraining[pretraining.index("--trainer.max_time") + 1] == "00:00:05:00"
     assert figures["backbone"] == str(tmp_path / "pretrain" / "checkpoints" / "backbone.safetensors")
+
+
+def test_val_tile_probabilities_land_on_their_tiles_place_in_the_half(tmp_path, monkeypatch):
+    # guards: the stack's weight chosen on maps of the val tiles put at the wrong place (a tile's probabilities
+    # read against another tile's labels), or on pixels outside the val tiles
+    import torch
+
+    from eoscale.bench import learning_maps
+    from eoscale.ingest import ingest
+    from eoscale.infer import model as infer_model
+
+    image, _, scene, labels = _scene(tmp_path, height=128, width=96)
+    image[:, 0, 0] = image[:, 127, 95] = 500  # no nodata: every pixel of the val tiles is mapped
+    _write(tmp_path / "scene.tif", image, nodata=65535, descriptions=["B02", "B03"])
+    classes = tmp_path / "classes.csv"
+    classes.write_text("code,name\n10,a\n20,b\n30,c\n")
+    store = tmp_path / "tiles.zarr"
+    ingest([scene], store, labels=[labels], classes=str(classes), split=(0.5, 0.5, 0.0), tile_size=32, workers=1,
+           progress=False)
+
+    class Band0:  # class 0's logit is the normalised first band: its probability grows with that band
+        contract = argparse.Namespace(bands=("B02", "B03"), classes=({"name": "a"}, {"name": "b"}, {"name": "c"}))
+
+        @staticmethod
+        def network(x):
+            return torch.stack([x[:, 0], torch.zeros_like(x[:, 0]), torch.zeros_like(x[:, 0])], 1)
+
+    monkeypatch.setattr(infer_model, "load_model", lambda checkpoint: Band0)
+    mapped = learning_maps.tile_probabilities(Path("x.ckpt"), str(store), (128, 96))
+    val = learning_scene.val_mask(str(store), (128, 96))
+    assert 0 < val.sum() < val.size
+    np.testing.assert_allclose(mapped.sum(0)[val], 1, rtol=1e-5)
+    assert (mapped[:, ~val] == 0).all()
+    order = np.argsort(image[0][val], kind="stable")
+    assert (np.diff(mapped[0][val][order]) >= -1e-6).all()  # the probability follows the band at the same pixel
+
+
+def test_the_baseline_forest_maps_only_the_pixels_asked():
+    # guards: the val tiles' map of the means forest made of the whole train half (its cost), or left empty
+    image = np.zeros((1, 4, 6), np.uint16)
+    image[0, :, 3:] = 500
+    truth = np.where(image[0] == 500, 2, 0)
+    keep = np.zeros((4, 6), bool)
+    keep[1:3, 2:4] = True
+    (mapped,), _ = learning_scene.pixel_forest(image, truth, [image], nodata=65535, means=(), classes=3, seed=0,
+                                               where=[keep])
+    assert (mapped[:, ~keep] == 0).all()
+    np.testing.assert_array_equal(mapped.argmax(0)[keep], truth[keep])
+
+
+def test_another_network_recipe_shares_the_forests_and_not_the_network(tmp_path):
+    # guards: a run of another --fit-args or --minutes in the same --work taking the first recipe's network or
+    # result (the fits were kept by seed alone), or fitting the forests again
+    args = argparse.Namespace(scene="s.tif", labels="l.tif", classes="c.csv", band_names=None, hold_out="south",
+                              tile_size=64, config="configs/vit_scene_seg.yaml", fit_args="", minutes=3.0,
+                              batch_size=16, workers=1, calibration_steps=40, validate_every=100,
+                              forest_config="configs/forest.yaml", forest_args="", pretrain=0.0,
+                              pretrain_config="configs/mae_pretrain.yaml", pretrain_args="")
+    other = argparse.Namespace(**{**vars(args), "fit_args": "--model.init_args.class_weights inverse"})
+    assert learning_scene._key(*learning_scene._recipe(args)) != learning_scene._key(*learning_scene._recipe(other))
+    assert learning_scene._key(args.forest_config, args.forest_args) == learning_scene._key(other.forest_config,
+                                                                                          other.forest_args)
