@@ -15,9 +15,17 @@ did, and cut it into windows, a few strips ahead of the model, so reading overla
 is enough beside a CPU model, which needs the cores itself. Beside a GPU the CPU side must keep up with the
 device: one thread feeds about 800 windows/s of 10 bands at 128 px and two about 1,400 on a 2-core VM
 (benchmarks/predict.json, "feed"), while a data-centre GPU runs a ResNet-18 at 128 px faster than that, so there
-it is up to 8 (`reading_threads`). Windows go through the model in batches cut from one strip
-(`_batches`; strips narrower than a batch share batches); their probabilities are blended by
-`RowAccumulator` in grid order, and each block leaves as soon as it is final.
+it is up to 8 (`reading_threads`). Windows go through the model in batches (`_batches`); their probabilities
+are blended by `RowAccumulator` in grid order, and each block leaves as soon as it is final.
+
+On the CPU every forward pass has the same shape: the windows are batched in grid order across strips and the last
+batch is filled up with copies of its last window (`_forward`). The CPU libraries pick their kernels by shape (seen
+on an AMD EPYC with one thread: a ResNet's 1 × 1 convolutions give values one ulp apart for batches of fewer than
+16 windows than for 16 or more), so batches that depend on where a scene was split (rows dealt to processes, column
+tiles, strips sharing a batch, the last batch) would give outputs that depend on the split: an int8 embedding field
+then differs in a few values. With one shape, a window's output depends on the model, the batch size and the
+threads a process computes with, not on the split. On a GPU a batch is a slice of one strip's windows, cut as
+evenly as possible, so that it goes to the device from page-locked memory without a copy.
 
 The loop sweeps one column tile of the scene at a time (`WindowGrid.column_tiles`): the windows of a range
 of column blocks plus the window columns of halo the first block needs. Memory therefore does not depend on
@@ -287,11 +295,12 @@ def predict_blocks(
     spec = None if remote else contract.spec()  # a model served elsewhere prepares the raw windows itself
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, spec=spec, pin=pin, threads=readers)
-    batches = _batches(strips, span.windows, batch_size)
+    batches = _batches(strips, span.windows, batch_size, one_shape=device.type == "cpu" and not remote)
     days = (np.array([(d - EPOCH).days for d in scene.dates], np.int32)  # a stack's scenes all have dates
             if remote and getattr(network, "takes_dates", False) and isinstance(scene, SceneStack) else None)
     forwarded = (_served(network, batches, grid, days) if remote
-                 else _forward(network, batches, device, pin, activate or contract.activate))
+                 else _forward(network, batches, device, pin, activate or contract.activate,
+                               fill=batch_size if device.type == "cpu" else 0))
     last_col = span.windows - 1
     try:
         for batch, probs in forwarded:
@@ -318,22 +327,23 @@ def predict_blocks(
 
 
 def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], device: torch.device,
-             pin: bool, activate: Callable[[Tensor], Tensor]) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
+             pin: bool, activate: Callable[[Tensor], Tensor], *, fill: int = 0
+             ) -> Iterator[tuple[list[tuple[Strip, int]], Tensor]]:
     """(batch, `activate(logits)`: class probabilities, float32, for a class model) for each batch, by `network` in
-    this process."""
+    this process. `fill` > 0: every forward pass takes max(`fill`, 2) windows, a shorter batch filled up with
+    copies of its last window (see the module docstring; a batch of one would take other kernels again)."""
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     for batch in batches:
         x = _stack(batch)
-        if len(batch) == 1:
-            # torch on CPUs takes other kernels for a batch of one (measured: logits 2e-6 away from the same
-            # window in batches of 2..16), so a lone window goes in twice to keep the map batch-independent
-            x = torch.cat([x, x])
+        size = max(fill, 2) if fill else (2 if len(batch) == 1 else len(batch))
+        if len(batch) < size:  # a lone window on a GPU goes in twice as well (torch's kernels for one differ)
+            x = torch.cat([x, x[-1:].expand(size - len(batch), *x.shape[1:])])
         if pin:
             x = (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
         with torch.inference_mode(), autocast:
             logits = network(x)
         with torch.inference_mode():
-            probs = activate(logits)
+            probs = activate(logits[: len(batch)])
         yield batch, probs
 
 
@@ -362,11 +372,13 @@ def _writable(probs: np.ndarray) -> Tensor:
     return torch.from_numpy(probs if probs.flags.writeable else probs.copy())
 
 
-def _batches(strips: Iterable[Strip], windows: int, size: int) -> Iterator[list[tuple[Strip, int]]]:
-    """(strip, window) batches of at most `size`, in grid order. A strip of at least `size` windows is split
-    into batches as equal as possible, so that a batch is a slice of one strip's windows: it goes to the model
-    (or, from page-locked memory, to the GPU) without a copy. Narrower strips share batches."""
-    if windows < size:
+def _batches(strips: Iterable[Strip], windows: int, size: int, *, one_shape: bool = False
+             ) -> Iterator[list[tuple[Strip, int]]]:
+    """(strip, window) batches of at most `size`, in grid order. `one_shape` (the CPU): batches of `size` across
+    strips, only the last one shorter. Otherwise a strip of at least `size` windows is split into batches as equal
+    as possible, so that a batch is a slice of one strip's windows: it goes to the model (or, from page-locked
+    memory, to the GPU) without a copy; narrower strips share batches."""
+    if one_shape or windows < size:
         yield from batched(((strip, k) for strip in strips for k in range(windows)), size)
         return
     runs = even_ranges(windows, -(-windows // size))
