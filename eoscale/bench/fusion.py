@@ -169,6 +169,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"(default: {RECIPE['batch_size']}; with --dates 8)")
     parser.add_argument("--sensor-dropout", type=float, default=RECIPE["sensor_dropout"],
                         help=f"of the fused network (default: {RECIPE['sensor_dropout']})")
+    parser.add_argument("--presence-channels", action=argparse.BooleanOptionalAction, default=True,
+                        help="with --dates: the fused U-TAE takes one input channel a sensor, 1 where it has data "
+                        "(default: on; --no-presence-channels: the bands alone, as recorded before issue 47's fix)")
     parser.add_argument("--workers", type=int, default=2, help="loader worker processes (default: 2)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--label", default="", help="a name for this run in the record")

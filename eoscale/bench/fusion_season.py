@@ -17,9 +17,10 @@ fitted on it three ways with the same recipe, batch size and number of steps:
 - **S2 season**: the optical bands of every step only (`TileDataModule(bands=…)`: a step holds a date for it only
   where the optical bands hold data, as predict finds it);
 - **S1 season**: VV and VH of every step only (the steps without a radar pass are no dates for it);
-- **S1 + S2 season**: both, side by side (a sensor's bands 0 where it has no data), with the loader's sensor dropout
-  (`--sensor-dropout`), as the single-date bench fits it (`RECIPE["fusion"] = "stems"` gives each sensor its own stem
-  instead, `eoscale.models.fusion`).
+- **S1 + S2 season**: both, side by side (a sensor's bands 0 where it has no data), each sensor's presence beside them
+  (`presence_channels`: one channel a sensor, 1 where it has data; `--no-presence-channels` leaves them out), with the
+  loader's sensor dropout (`--sensor-dropout`), as the single-date bench fits it (`RECIPE["fusion"] = "stems"` gives
+  each sensor its own stem instead, `eoscale.models.fusion`).
 
 Each arm is fitted with every seed of `--seeds` (the network's initial weights, `init_seed`, and the loader's order
 and augmentation, `TileDataModule(seed=…)`; the ground, its clouds and the split keep `--seed`), and every fit is
@@ -48,8 +49,10 @@ from eoscale.models.metrics import confusion_matrix, confusion_scores
 
 # every arm's U-TAE leaves out the dates that hold nothing at a pixel (`pixel_mask`, `eoscale.models.temporal.UTAE`);
 # the fused season's bands enter side by side (fusion None): per-sensor stems (`fusion="stems"`, as the single-date
-# bench's network) scored 0.261 against 0.300 at 90 % cloud in a screen (one seed, 6 places of 128 px, 300 steps)
-RECIPE = {**TEMPORAL_RECIPE, "sensor_dropout": 0.2, "fusion": None, "pixel_mask": True}
+# bench's network) scored 0.261 against 0.300 at 90 % cloud in a screen (one seed, 6 places of 128 px, 300 steps);
+# `presence_channels` (the fused arm's only: one input channel a sensor, where it has data) lets its per-date backbone
+# tell an optical band group absent under a cloud from one at its mean spectrum (`--no-presence-channels`: without)
+RECIPE = {**TEMPORAL_RECIPE, "sensor_dropout": 0.2, "fusion": None, "pixel_mask": True, "presence_channels": True}
 ARMS = ("s2", "s1", "s1+s2")
 
 
@@ -130,6 +133,7 @@ def fit_season(store: Path, work: Path, arm: str, val_start: int, labels_shape: 
     bands = arm_bands(store, arm)
     dropout = recipe["sensor_dropout"] if arm == "s1+s2" else 0.0
     fusion = {"fusion": recipe["fusion"]} if arm == "s1+s2" and recipe.get("fusion") else {}
+    presence = {"presence_channels": True} if arm == "s1+s2" and recipe.get("presence_channels") else {}
 
     def data(**options) -> TileDataModule:
         return TileDataModule(store, batch_size=recipe["batch_size"], num_workers=workers, seed=seed, bands=bands,
@@ -139,7 +143,7 @@ def fit_season(store: Path, work: Path, arm: str, val_start: int, labels_shape: 
     task = TemporalSegmentationTask(
         "utae", backbone=recipe["backbone"],
         backbone_kwargs={**{k: recipe[k] for k in ("n_head", "d_k", "d_model")}, "out_indices": list(recipe["out_indices"]),
-                         "pixel_mask": bool(recipe.get("pixel_mask", True))},
+                         "pixel_mask": bool(recipe.get("pixel_mask", True)), **presence},
         decoder_channels=recipe["decoder_channels"], lr=recipe["lr"], weight_decay=recipe["weight_decay"],
         warmup_steps=max(1, int(recipe["warmup_fraction"] * steps)), class_weights=False, init_seed=seed, **fusion)
     trainer = L.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
@@ -196,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
     from eoscale.store.open import read_store_attrs
 
     covers, arms, seeds = check(args)
-    recipe = {**RECIPE, "batch_size": args.batch_size, "sensor_dropout": args.sensor_dropout}
+    recipe = {**RECIPE, "batch_size": args.batch_size, "sensor_dropout": args.sensor_dropout,
+              "presence_channels": bool(getattr(args, "presence_channels", RECIPE["presence_channels"]))}
     started = time.perf_counter()
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="eoscale-bench-fusion-season-") as tmp:

@@ -116,7 +116,8 @@ def build_model(
     `fusion` builds a segmentation model of several sensors (`eoscale.models.fusion`): `sensors` are the input's
     groups (`[{"name", "bands"}]` in channel order), each entering through its own stem of `fusion_width` channels
     ("stems", any backbone, and U-TAE's per-date backbone) or its own patch embedding ("tokens", plain ViTs); without `fusion` the bands of all
-    sensors go into one network as they are (early fusion; `sensors` is then not used).
+    sensors go into one network as they are (early fusion; `sensors` is then not used, but by a U-TAE with
+    `presence_channels`: one channel a sensor, where it has data, beside the bands).
     """
     if fusion is not None and (backbone in TREE_MODELS or (architecture is not None and
                                                            (architecture, fusion) != ("utae", "stems"))):
@@ -125,7 +126,10 @@ def build_model(
     if backbone in TREE_MODELS:
         return TreeEnsemble(in_chans=in_chans, num_classes=num_classes, **backbone_kwargs)
     if architecture is not None:
-        if fusion is not None:  # U-TAE: the stems of each date's sensors before its per-date backbone
+        # U-TAE: the stems of each date's sensors before its per-date backbone, or each sensor's presence channel
+        if fusion is not None or backbone_kwargs.get("presence_channels"):
+            if architecture != "utae":
+                raise InputError(f"presence_channels is U-TAE's option, not {architecture!r}'s: leave it out")
             backbone_kwargs.update(sensors=sensors, fusion=fusion, fusion_width=fusion_width)
         return build_temporal_model(architecture, backbone=backbone, in_chans=in_chans, num_classes=num_classes,
                                     img_size=img_size, decoder_channels=decoder_channels, weights=weights,

@@ -20,7 +20,12 @@ the loader dropped, padding):
   renormalised over the dates that hold data there). A tile-level mask alone (U-TAE's published `pad_mask`, for
   sequence padding) attends to a clouded pixel's zeros as an observation of the mean spectrum. With
   `fusion="stems"` and the input's `sensors`, each date's sensors enter the backbone through their own stems,
-  averaged over those present at each pixel (`eoscale.models.fusion.SensorStems`).
+  averaged over those present at each pixel (`eoscale.models.fusion.SensorStems`). With `presence_channels` and the
+  input's `sensors`, each date enters the backbone with one more channel a sensor: 1 where that sensor has data at
+  the pixel, 0 where its channels are all 0 (`eoscale.models.fusion.presence`). Without it, an absent sensor's
+  channels read 0 after the preparation, which is also that sensor's mean spectrum: on a date of a fused season where
+  clouds hide the optical bands and the radar sees, the backbone cannot tell "no optical observation" from "an
+  optical observation of the mean" (issue 47; off for older checkpoints, which were fitted without it).
 
 `dates` are days since 1970-01-01 (int64, `eoscale.data.stream.NO_DATE` where unknown): `date_coords` makes
 Prithvi's (year, day of year) of them; L-TAE's positions are each date's day of the year (`date_encoding=
@@ -41,10 +46,11 @@ from torch import Tensor, nn
 
 from eoscale.errors import InputError
 from eoscale.models.backbone import Backbone, create_backbone, read_state_dict
-from eoscale.models.fusion import SensorStems, sensor_groups
+from eoscale.models.fusion import SensorStems, presence, sensor_groups
 from eoscale.models.heads import FPNDecoder, SimpleFeaturePyramid
 from eoscale.models.ltae import LTAE, grouped_attention
 from eoscale.models.temporal_vit import TemporalViT, load_prithvi_state
+from eoscale.sensors.groups import SensorGroup, parse_groups
 
 ARCHITECTURES = ("utae", "temporal_vit")
 DATE_ENCODINGS = ("day_of_year", "first_valid")  # L-TAE's positions; "first_valid" only for old checkpoints
@@ -160,7 +166,8 @@ class UTAE(nn.Module):
                  n_head: int = 16, d_k: int = 4, d_model: int = 256, ltae_dropout: float = 0.2,
                  decoder_channels: int = 128, dropout: float = 0.0, drop_path_rate: float = 0.0,
                  date_encoding: str = "day_of_year", pixel_mask: bool = False, sensors: Sequence[Mapping] | None = None,
-                 fusion: str | None = None, fusion_width: int = 32, **backbone_kwargs) -> None:
+                 fusion: str | None = None, fusion_width: int = 32, presence_channels: bool = False,
+                 **backbone_kwargs) -> None:
         super().__init__()
         if date_encoding not in DATE_ENCODINGS:
             raise InputError(f"date_encoding={date_encoding!r}: choose one of {', '.join(DATE_ENCODINGS)}")
@@ -171,8 +178,10 @@ class UTAE(nn.Module):
         self.stems = None
         if fusion == "stems":
             self.stems = SensorStems(sensor_groups(sensors, in_chans=in_chans, fusion=fusion), width=fusion_width)
-        self.backbone = create_backbone(backbone, in_chans=in_chans if self.stems is None else self.stems.channels,
-                                        img_size=img_size, drop_path_rate=drop_path_rate, **backbone_kwargs)
+        self.presence = _presence_groups(sensors, in_chans) if presence_channels else None
+        width = (in_chans if self.stems is None else self.stems.channels) + len(self.presence or ())
+        self.backbone = create_backbone(backbone, in_chans=width, img_size=img_size, drop_path_rate=drop_path_rate,
+                                        **backbone_kwargs)
         channels = list(self.backbone.channels)
         self.ltae = LTAE(channels[-1], n_head=n_head, d_k=d_k, d_model=d_model, mlp=(d_model, channels[-1]),
                          dropout=ltae_dropout)
@@ -211,7 +220,7 @@ class UTAE(nn.Module):
         """The backbone's maps (B*T, C, h, w) of every date, computed on the valid dates only: a masked date (no
         observation, padding, dropped) takes no part in the batch statistics of the backbone's BatchNorm layers
         (its maps are zeros, which L-TAE and the skips weigh 0)."""
-        encode = self.backbone if self.stems is None else lambda x: self.backbone(self.stems(x))
+        encode = self._encode
         if images.device.type == "meta" or bool(valid.all()) or not bool(valid.any()):  # (meta: `eoscale plan`)
             return encode(images)
         kept = encode(images[valid])
@@ -221,6 +230,25 @@ class UTAE(nn.Module):
             full[valid] = f
             out.append(full)
         return out
+
+    def _encode(self, x: Tensor) -> list[Tensor]:
+        """The backbone's maps of dates `x` (N, C, H, W): through the sensors' stems if any, with each sensor's
+        presence channel after the bands if `presence_channels` (read from `x`, the prepared input)."""
+        y = x if self.stems is None else self.stems(x)
+        if self.presence is not None:
+            y = torch.cat([y, *(presence(x, group) for group in self.presence)], dim=1)
+        return self.backbone(y)
+
+
+def _presence_groups(sensors: Sequence[Mapping] | None, in_chans: int) -> tuple[SensorGroup, ...]:
+    """The sensor groups whose presence channels a U-TAE adds (`presence_channels`), checked against `in_chans`."""
+    if not sensors:
+        raise InputError("presence_channels=True needs the input's sensors ([{name, bands}] in channel order): fit it "
+                         "on a store or give sensors")
+    bands = [str(b) for entry in sensors for b in entry["bands"]]
+    if len(bands) != in_chans:
+        raise InputError(f"the sensors list {len(bands)} bands, in_chans={in_chans}: give the store's sensors")
+    return parse_groups(sensors, bands)
 
 
 def _held_at(held: Tensor, size: tuple[int, int]) -> Tensor:

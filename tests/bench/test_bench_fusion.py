@@ -56,6 +56,7 @@ def test_bench_fusion_of_seasons_scores_every_arm_and_seed_on_the_same_pixels(tm
     assert record["benchmark"] == "fusion_season" and record["budget"]["seeds"] == [0, 1]
     assert record["data"]["composite"] == "93d"  # one optical date an interval of synth's 4-date season
     assert record["recipe"]["pixel_mask"] is True  # every arm's U-TAE leaves out the dates a pixel lacks (issue 47)
+    assert record["recipe"]["presence_channels"] is True  # the fused arm's U-TAE sees where each sensor has data
     row = record["results"]["0.5"]
     assert sorted(row["arms"]) == ["s1", "s1+s2", "s2"] and row["val_pixels"] > 0
     # about half of the optical pixel-steps under cloud (the rest of the steps hold no optical date at all)

@@ -271,3 +271,70 @@ def test_utae_stems_take_each_sensor_through_its_own_stem_and_old_checkpoints_re
     assert rebuilt.pixel_mask is False and rebuilt.stems is None
     with pytest.raises(InputError, match="fusion='tokens'"):
         build_model("resnet18", architecture="utae", in_chans=5, num_classes=3, fusion="tokens", sensors=sensors)
+
+
+SENSORS = [{"name": "sentinel-2", "bands": ["B02", "B03", "B04"]}, {"name": "sentinel-1", "bands": ["VV", "VH"]}]
+
+
+def test_utae_presence_channels_tell_a_sensor_absent_at_a_pixel_from_its_mean_spectrum():
+    """Issue 47: on a date of a fused season where a cloud hides the optical bands and the radar sees, the prepared
+    optical channels read 0, which is also the optical mean spectrum: the per-date backbone got the same input for
+    "no optical observation" as for "an observation of the mean". With `presence_channels`, each date's backbone
+    input carries one channel a sensor after the bands, 1 where that sensor's channels are not all 0."""
+    from eoscale.models import build_model
+
+    torch.manual_seed(0)
+    options = {"backbone": "resnet18", "n_head": 4, "d_model": 32, "out_indices": [1, 2, 3]}
+    x = torch.randn(2, 3, 5, 32, 32)
+    x[:, 1, :3, :, :16] = 0  # the second date's optical bands absent over the left half (a cloud), the radar there
+    x[0, 2, 3:] = 0  # the third date of the first tile without a radar pass
+    model = build_model(architecture="utae", in_chans=5, num_classes=3, img_size=32, presence_channels=True,
+                        sensors=SENSORS, **options).eval()
+    assert model.backbone.net.conv1.in_channels == 5 + 2
+    seen = []
+    model.backbone.register_forward_pre_hook(lambda module, args: seen.append(args[0]))
+    with torch.no_grad():
+        assert model(x, dates=torch.tensor([[19700, 19730, 19760]] * 2)).shape == (2, 3, 32, 32)
+    (fed,) = seen
+    fed = fed.unflatten(0, (2, 3))  # every date valid: one backbone batch of B × T dates
+    assert torch.equal(fed[:, :, :5], x)  # the bands as they came
+    optical, radar = fed[:, :, 5], fed[:, :, 6]
+    assert set(optical.unique().tolist()) == {0.0, 1.0}
+    assert (optical[:, 1, :, :16] == 0).all() and (optical[:, 1, :, 16:] == 1).all()
+    assert (optical[:, [0, 2]] == 1).all()
+    assert (radar[0, 2] == 0).all() and (radar[1, 2] == 1).all() and (radar[:, :2] == 1).all()
+    # without them (every U-TAE before), the cloud's zeros and an optical observation at the mean are one input
+    plain = build_model(architecture="utae", in_chans=5, num_classes=3, img_size=32, **options).eval()
+    assert plain.presence is None and plain.backbone.net.conv1.in_channels == 5
+
+
+def test_utae_presence_channels_are_recorded_in_the_model_args_and_old_checkpoints_rebuild_without_them():
+    """A fit with `presence_channels` records the store's sensors and the option in its model args, and the network
+    rebuilt from them takes the fitted weights; a U-TAE checkpoint of before (no `presence_channels`) rebuilds as it
+    was fitted; the option without sensors, or on the temporal ViT, is refused in one line."""
+    from types import SimpleNamespace
+
+    from eoscale.contract import model_args_from_hparams, model_spec
+    from eoscale.models import build_model
+    from eoscale.sensors.groups import parse_groups
+    from eoscale.train.tasks.temporal import TemporalSegmentationTask
+
+    groups = parse_groups(SENSORS, [b for s in SENSORS for b in s["bands"]])
+    store = SimpleNamespace(labelled=True, num_bands=5, num_classes=3, tile_size=32, sensor_groups=groups, time_steps=3)
+    task = TemporalSegmentationTask("utae", backbone_kwargs={"n_head": 4, "d_model": 32, "presence_channels": True})
+    task.read_datamodule(store)
+    args = model_args_from_hparams(task.hparams)
+    assert args["presence_channels"] is True and args["sensors"] == SENSORS and "fusion" not in args
+    fitted = task.configure_models()
+    rebuilt = build_model(**model_spec({"eoscale_model": {"args": args}}, "x.ckpt")["args"])
+    rebuilt.load_state_dict(fitted.state_dict())  # strict: the same parts, the same shapes
+    assert rebuilt.backbone.net.conv1.in_channels == 7
+    old = model_spec({"eoscale_model": {"args": {"architecture": "utae", "backbone": "resnet18", "in_chans": 5,
+                                                 "num_classes": 3, "n_head": 4, "d_model": 32}}}, "x.ckpt")
+    before = build_model(**old["args"])
+    assert before.presence is None and before.backbone.net.conv1.in_channels == 5
+    with pytest.raises(InputError, match="presence_channels=True needs the input's sensors"):
+        build_model("resnet18", architecture="utae", in_chans=5, num_classes=3, presence_channels=True)
+    with pytest.raises(InputError, match="presence_channels is U-TAE's option"):
+        build_model("resnet18", architecture="temporal_vit", in_chans=5, num_classes=3, presence_channels=True,
+                    sensors=SENSORS)

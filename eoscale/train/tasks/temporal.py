@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from eoscale.errors import InputError
 from eoscale.models import build_model
 from eoscale.models.temporal import ARCHITECTURES
+from eoscale.sensors.groups import as_record
 from eoscale.train.tasks.segmentation import SegmentationTask
 
 
@@ -30,7 +31,8 @@ class TemporalSegmentationTask(SegmentationTask):
         architecture: "utae" (the per-date encoder is `backbone`, a timm name) or "temporal_vit"; their options
             (`n_head`, `d_model`, `d_k` of L-TAE; `embed_dim`, `depth`, `num_heads`, `patch_size`, `tubelet`,
             `coords_encoding`, `out_indices` of the ViT) in `backbone_kwargs`; U-TAE's `date_encoding` there is
-            "day_of_year" (L-TAE's positions: each date's day of the year, whatever else the tile holds).
+            "day_of_year" (L-TAE's positions: each date's day of the year, whatever else the tile holds); its
+            `presence_channels` (off unless asked) adds one input channel a sensor of the store, where it has data.
         weights: for "temporal_vit", a local Prithvi-EO-2.0 state dict, loaded with its temporal weights as they
             are (`eoscale.models.temporal_vit.load_prithvi_state`); the store's bands must be the file's, in order.
         time_steps: the dates a tile, taken from the datamodule when left out.
@@ -52,6 +54,9 @@ class TemporalSegmentationTask(SegmentationTask):
     def read_datamodule(self, datamodule: Any) -> None:
         super().read_datamodule(datamodule)
         self.hparams.time_steps = int(getattr(datamodule, "time_steps", 1) or 1)
+        if (self.hparams.get("backbone_kwargs") or {}).get("presence_channels"):
+            # U-TAE's presence channels (one a sensor) need the input's groups, kept in the checkpoint's model args
+            self.hparams.sensors = as_record(datamodule.sensor_groups)
 
     def configure_models(self) -> nn.Module:
         h = self.hparams
