@@ -100,16 +100,19 @@ def step_seconds(store: str, work: Path, *, config: str, extra: list[str], batch
 def fit_network(store: str, work: Path, *, config: str, extra: list[str], minutes: float, batch: int, workers: int,
                 calibration_steps: int = 40, validate_every: int = 100) -> dict:
     """Train for `minutes`. The LR schedule (warm-up, cosine to 0) must end when the budget does, so the step
-    count is set from a short calibration run's step time (`calibration_steps`), less 10 % for validation and
-    start-up, in whole `validate_every` steps; `max_time` still stops the run at the budget if the machine
-    slows down. The best checkpoint (by val mIoU, the one `predict` takes) is then scored as the forest is."""
+    count is first set from a short calibration run's step time (`calibration_steps`), less 10 % for validation
+    and start-up, in whole `validate_every` steps; then, after every validation, the fit re-sizes it from its own
+    step time so far (`eoscale.train.callbacks.budget.StepBudget`: a calibration on a loaded machine once sized a
+    7.5-minute fit to a fraction of its budget), and `max_time` stops the run at the budget. The best checkpoint
+    (by val mIoU, the one `predict` takes) is then scored as the forest is."""
     seconds_per_step = step_seconds(store, work, config=config, extra=extra, batch=batch, workers=workers,
                                     steps=calibration_steps)
     every = validate_every
     steps = max(every, int(0.9 * minutes * 60 / seconds_per_step) // every * every)  # validated at the last step too
     argv = _fit_argv(store, work / "fit", config=config, extra=extra, batch=batch, workers=workers, steps=steps)
     argv += ["--trainer.max_time", time.strftime("00:%H:%M:%S", time.gmtime(minutes * 60)),
-             "--trainer.val_check_interval", str(every), "--trainer.log_every_n_steps", str(min(10, every))]
+             "--trainer.val_check_interval", str(every), "--trainer.log_every_n_steps", str(min(10, every)),
+             "--trainer.callbacks+=eoscale.train.callbacks.budget.StepBudget"]
     started = time.perf_counter()
     output = _run_fit(argv)
     wall = time.perf_counter() - started
@@ -117,13 +120,21 @@ def fit_network(store: str, work: Path, *, config: str, extra: list[str], minute
     history = _series(rows, "val_miou")
     warnings = [line.strip() for line in output.splitlines() if "producer's accuracy 0" in line]
     stopped = [line.strip() for line in output.splitlines() if line.startswith("early stopping at step")]
+    resized = [line.strip() for line in output.splitlines() if line.startswith("step budget:")]
     checkpoint = _checkpoint(work / "fit")
     scored = score_checkpoint(checkpoint, store, batch_size=batch)
     return {"model": f"network ({config})", "fit_args": extra, "minutes": minutes,
             "seconds_per_step_calibrated": seconds_per_step, "calibration_steps": calibration_steps,
-            "max_steps": steps, "validate_every": every, "wall_seconds": wall, "val_miou_history": history,
+            "max_steps_calibrated": steps, "max_steps": _final_steps(resized, steps), "budget_resizes": resized,
+            "last_logged_step": max((int(float(r["step"])) for r in rows if r.get("step")), default=0),
+            "validate_every": every, "wall_seconds": wall, "val_miou_history": history,
             "checkpoint": checkpoint.name, "early_stopping": stopped[0] if stopped else None,
             "fit_warnings": warnings, **scored, **missed_classes(scored["val_classes"], warnings)}
+
+
+def _final_steps(resized: list[str], calibrated: int) -> int:
+    """The fit's last `max_steps`: the calibrated one, or the last re-sizing's (`step budget: … -> N`)."""
+    return int(resized[-1].rsplit("->", 1)[1]) if resized else calibrated
 
 
 def pretrain_encoder(store: str, work: Path, *, config: str, extra: list[str], minutes: float, batch: int,

@@ -10,7 +10,9 @@ them; `eoscale.bench.learning_maps`). Scored on every valid pixel of the held-ou
 
 - `forest` and `network`: the two checkpoints' maps;
 - `stack`: the mixture `w · forest + (1 − w) · network` of their class probabilities, `w` (0, 0.1, …, 1) chosen by
-  val mIoU on the val blocks of the train half, never on the held-out half;
+  val mIoU on the val blocks of the train half over the classes with at least `CHOICE_MIN_PIXELS` pixels there
+  (a class of 3 val pixels judges nothing), never on the held-out half (whose mIoU at each weight is recorded, to
+  judge the choice, and read by nothing);
 - `pixel_forest` and `means_forest`: scikit-learn random forests (200 trees) on the pixels of the train half, on the
   band values and on the band values with their 5 and 15 px means (the baselines of issue 49);
 - `stack_means`: the stack of the network and a means forest fitted without the val tiles' pixels, its weight chosen
@@ -46,6 +48,11 @@ from eoscale.bench.learning_maps import _pixel_features, pixel_forest, probabili
 HOLD_OUTS = ("south", "north", "east", "west")
 WEIGHTS = tuple(round(w, 1) for w in np.linspace(0, 1, 11))  # the forest's share in the stack
 MEANS_PX = (5, 15)  # the windows of the means forest's neighbourhood features
+# the val pixels a class needs to take part in choosing the stack's weight (`choose_weight`)
+CHOICE_MIN_PIXELS = 50
+# what a seed's result keeps of each network fit's figures (`eoscale.bench.learning_fits.fit_network`)
+FIT_FIGURES = ("wall_seconds", "max_steps_calibrated", "max_steps", "budget_resizes", "last_logged_step",
+               "early_stopping", "val_miou")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -228,28 +235,40 @@ def bench_scene(args: argparse.Namespace, work: Path, *, seed: int) -> dict:
             batch=args.batch_size, workers=args.workers, calibration_steps=args.calibration_steps,
             validate_every=args.validate_every))
         mapped["network_pretrained"] = maps(folder / "fit")
+    chosen_by = [n for n, k in zip(names, choice_classes(val, len(names)), strict=True) if k]
     weight, by_weight = choose_weight(mapped, val, names)
     result = {"seed": seed,
               "forest": {**score(truth["test"], mapped["forest"]["test"].argmax(0), names),
                          "fit_seconds": forest["wall_seconds"]},
               "network": {**score(truth["test"], mapped["network"]["test"].argmax(0), names),
-                          **{k: network[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")}},
-              "stack": {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
-                        "val_miou_by_weight": by_weight}}
+                          **{k: network.get(k) for k in FIT_FIGURES}},
+              "stack": _stack(mapped, truth["test"], val, names, weight, by_weight, chosen_by)}
     scored, mapped["forest"] = baselines(work, runs, truth, val, names, seed=seed)
     result |= scored
     weight, by_weight = choose_weight(mapped, val, names)
-    result["stack_means"] = {**score(truth["test"], _mix(mapped, "test", weight), names), "forest_weight": weight,
-                             "val_miou_by_weight": by_weight}
+    result["stack_means"] = _stack(mapped, truth["test"], val, names, weight, by_weight, chosen_by)
     if args.pretrain:
         result["network_pretrained"] = {
             **score(truth["test"], mapped["network_pretrained"]["test"].argmax(0), names),
-            **{k: network_pretrained[k] for k in ("wall_seconds", "max_steps", "early_stopping", "val_miou")},
+            **{k: network_pretrained.get(k) for k in FIT_FIGURES},
             "pretraining": pretrained}
         result["pretraining_gain"] = result["network_pretrained"]["miou"] - result["network"]["miou"]
     forests = max(result[m]["miou"] for m in ("forest", "pixel_forest", "means_forest"))
     result["gain_over_best_forest"] = {m: result[m]["miou"] - forests for m in models(args)[3:]}
     return result
+
+
+def _stack(mapped: dict, truth: np.ndarray, val: np.ndarray, names: list[str], weight: float, by_weight: dict,
+           chosen_by: list[str]) -> dict:
+    """A stack's scores on the held-out half at the weight the val tiles chose, with what chose it (the val mIoU
+    over `chosen_by`'s classes, each weight), the weight a plain val mIoU over every class would have chosen (the
+    chooser before `CHOICE_MIN_PIXELS`), and, recorded to judge both choices but never read by them, the held-out
+    mIoU each weight would have had (`test_miou_by_weight_unused`)."""
+    plain, plain_by_weight = choose_weight(mapped, val, names, min_pixels=0)
+    return {**score(truth, _mix(mapped, "test", weight), names), "forest_weight": weight,
+            "choice_classes": chosen_by, "choice_miou_by_weight": by_weight,
+            "plain_val_miou_weight": plain, "plain_val_miou_by_weight": plain_by_weight,
+            "test_miou_by_weight_unused": {w: score(truth, _mix(mapped, "test", w), names)["miou"] for w in WEIGHTS}}
 
 
 def baselines(work: Path, runs: Path, truth: dict, val: np.ndarray, names: list[str], *,
@@ -286,7 +305,8 @@ def _recipe(args: argparse.Namespace) -> tuple:
     """Everything a seed's result depends on besides the seed (the scene, its cut and every fit's options)."""
     return (args.scene, args.labels, args.classes, args.band_names, args.hold_out, args.tile_size, args.config,
             args.fit_args, args.minutes, args.batch_size, args.workers, args.calibration_steps, args.validate_every,
-            args.forest_config, args.forest_args, args.pretrain, args.pretrain_config, args.pretrain_args)
+            args.forest_config, args.forest_args, args.pretrain, args.pretrain_config, args.pretrain_args,
+            f"choice: classes of >= {CHOICE_MIN_PIXELS} val px")  # a result chosen the old way is not reused
 
 
 def _key(*recipe) -> str:
@@ -331,12 +351,37 @@ def _once(done: Path, fit) -> dict:
     return figures
 
 
-def choose_weight(mapped: dict, val: np.ndarray, names: list[str]) -> tuple[float, dict[float, float]]:
+def choose_weight(mapped: dict, val: np.ndarray, names: list[str], *,
+                  min_pixels: int = CHOICE_MIN_PIXELS) -> tuple[float, dict[float, float]]:
     """The forest's weight in the stack: the one of `WEIGHTS` whose mixture maps the val tiles of the train half
-    (`val`: their class indices, `IGNORE_INDEX` elsewhere) best by mIoU, ties to the more even mixture; and the val
-    mIoU of each weight. Only the train half's maps are read: the held-out half chooses nothing."""
-    by_weight = {w: score(val, _mix(mapped, "train", w), names)["miou"] for w in WEIGHTS}
+    (`val`: their class indices, `IGNORE_INDEX` elsewhere) best by mean IoU over the classes with at least
+    `min_pixels` pixels there (`choice_classes`), ties to the more even mixture; and that mean IoU of each weight.
+    The val tiles are all of the train half that neither the network nor eoscale's forest trained on, and they may
+    hold a rare class on a handful of pixels (Zion's water: docs/how-to/real-scenes.md), whose IoU there is noise
+    yet weighs in a plain mIoU as much as a class of thousands: such a class judges nothing here. Only the train
+    half's maps are read: the held-out half chooses nothing."""
+    keep = choice_classes(val, len(names), min_pixels=min_pixels)
+    by_weight = {w: _miou_over(val, _mix(mapped, "train", w), len(names), keep) for w in WEIGHTS}
     return max(by_weight, key=lambda w: (by_weight[w], -abs(w - 0.5))), by_weight
+
+
+def choice_classes(val: np.ndarray, classes: int, *, min_pixels: int = CHOICE_MIN_PIXELS) -> np.ndarray:
+    """Which classes (a boolean mask) have at least `min_pixels` labelled pixels in `val`: those the stack's
+    weight is chosen by (every class present if none has so many)."""
+    from eoscale.classes import IGNORE_INDEX
+
+    support = np.bincount(val[val != IGNORE_INDEX].ravel(), minlength=classes)[:classes]
+    return support >= min_pixels if (support >= min_pixels).any() else support > 0
+
+
+def _miou_over(truth: np.ndarray, predicted: np.ndarray, classes: int, keep: np.ndarray) -> float:
+    """mIoU of `predicted` on the pixels `truth` labels, over the classes of `keep` only."""
+    from eoscale.classes import IGNORE_INDEX
+    from eoscale.models.metrics import confusion_matrix, confusion_miou
+
+    labelled = truth != IGNORE_INDEX
+    value = confusion_miou(confusion_matrix(truth[labelled], predicted[labelled], classes), classes=keep)
+    return float("nan") if value is None else value
 
 
 def _mix(mapped: dict, part: str, weight: float) -> np.ndarray:

@@ -401,7 +401,7 @@ def _laid_out(rows: Callable) -> Callable[[Records], list[str]]:
 SCENE_TABLES = {
     "learning-scene-zion": _laid_out(readme_scenes.learning_scene(["2026-12-07T15:46", "2026-12-07T16:22",
                                                                           "2026-12-07T19:11", "2026-12-07T21:59",
-                                                                          "2026-12-07T22:49"])),
+                                                                          "2026-12-07T22:49", "2026-12-08T02:31"])),
     "learning-scene-nc": _laid_out(readme_scenes.learning_scene(["2026-12-07T16:01", "2026-12-07T23:07"])),
     "fewshot": _laid_out(readme_scenes.fewshot(["2026-12-07T07:18", "2026-12-07T19:15", "2026-12-07T19:38"])),
 }

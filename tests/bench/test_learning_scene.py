@@ -184,8 +184,8 @@ def test_val_tile_probabilities_land_on_their_tiles_place_in_the_half(tmp_path, 
     import torch
 
     from eoscale.bench import learning_maps
-    from eoscale.ingest import ingest
     from eoscale.infer import model as infer_model
+    from eoscale.ingest import ingest
 
     image, _, scene, labels = _scene(tmp_path, height=128, width=96)
     image[:, 0, 0] = image[:, 127, 95] = 500  # no nodata: every pixel of the val tiles is mapped
@@ -238,3 +238,33 @@ def test_another_network_recipe_shares_the_forests_and_not_the_network(tmp_path)
     assert learning_scene._key(*learning_scene._recipe(args)) != learning_scene._key(*learning_scene._recipe(other))
     assert learning_scene._key(args.forest_config, args.forest_args) == learning_scene._key(other.forest_config,
                                                                                           other.forest_args)
+
+
+def test_a_class_of_a_few_val_pixels_does_not_choose_the_stack():
+    # guards: the stack's weight chosen by a plain val mIoU, in which a class of 3 val pixels (Zion's water) weighs
+    # as much as one of thousands. Here the forest maps the 3 pixels of class c right and 30 % of class a wrong, the
+    # network the other way round: the plain mIoU wants the forest (0.82 against 0.66), the classes of >= 50 val
+    # pixels the network (0.99 against 0.73)
+    n = 100
+    truth = np.array([[0] * n + [1] * n + [2] * 3])
+    forest_says = np.array([0] * 70 + [1] * 30 + [1] * n + [2] * 3)
+    network_says = np.array([0] * n + [1] * n + [0] * 3)
+
+    def confident(says):  # (classes, 1, pixels): 0.9 on the class it says
+        p = np.full((3, 1, says.size), 0.05)
+        p[says, 0, np.arange(says.size)] = 0.9
+        return p
+
+    mapped = {"forest": {"train": confident(forest_says)}, "network": {"train": confident(network_says)}}
+    assert list(learning_scene.choice_classes(truth, 3)) == [True, True, False]
+    weight, by_weight = learning_scene.choose_weight(mapped, truth, ["a", "b", "c"])
+    assert weight <= 0.5  # the network's map (the plain mIoU chose 0.6, the most even of the forest's)
+    assert by_weight[0.0] == pytest.approx((100 / 103 + 1) / 2)
+    assert by_weight[1.0] == pytest.approx((0.7 + 100 / 130) / 2)
+    plain, _ = learning_scene.choose_weight(mapped, truth, ["a", "b", "c"], min_pixels=0)  # every class: the old way
+    assert plain == 0.6
+
+
+def test_every_present_class_chooses_when_none_has_enough_val_pixels():
+    truth = np.array([[0, 0, 1, IGNORE_INDEX]])
+    assert list(learning_scene.choice_classes(truth, 3)) == [True, True, False]

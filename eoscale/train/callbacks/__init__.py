@@ -1,2 +1,3 @@
 """Lightning callbacks of every run: the MLflow monitor (with its params and figures), the last checkpoint, model
-registration, step timing and profiling."""
+registration, step timing, a fit held to its time budget
+(`budget`) and profiling."""
