@@ -95,7 +95,7 @@ def timeline(members: list[Scene], composite: int | str | None, *, start: dt.dat
         return [(date, [s for s in members if s.date == date]) for date in dates]
     starts = composite_starts(dates[0], dates[-1], composite, start=start)
     stops = [*starts[1:], dt.date.max]
-    return [(start, [s for s in members if start <= s.date < stop]) for start, stop in zip(starts, stops, strict=True)]
+    return [(first, [s for s in members if first <= s.date < stop]) for first, stop in zip(starts, stops, strict=True)]
 
 
 def places(scenes: list[Scene], reference: str, *, alone: bool = False) -> tuple[list[list[Scene]], list[Scene]]:
