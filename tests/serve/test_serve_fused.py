@@ -2,8 +2,8 @@
 does (`eoscale.inputs.missing`): a raw request whose windows hold no radar data at all is refused in one line naming
 the fixes (inside Triton's own error text), and the server keeps serving; the same request with `missing_sensor` 1 is answered. `eoscale predict
 --server`, which applies its own `--missing-sensor` to whole scenes and says so in its requests, maps a place of both
-sensors, and with dropout a place without radar, as local predict does (a strip of windows outside the radar's swath
-is a gap, not a missing sensor)."""
+sensors, and with dropout a place without radar, as local predict does (its requests say its scenes were checked:
+without that, the server refused the dropout place's requests)."""
 
 from __future__ import annotations
 
