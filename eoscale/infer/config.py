@@ -13,6 +13,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from eoscale.errors import InputError
+from eoscale.inputs.missing import MISSING_SENSOR
 from eoscale.paths import Paths
 from eoscale.store.schema import SPLITS
 
@@ -96,7 +97,7 @@ class PredictConfig:
                                    "as it is", default=None, metavar="NAME")
     missing_sensor: str = option("--missing-sensor", "a checkpoint of several sensors, a scene without a scene of one "
                                  "of its other sensors: refuse (one line), or dropout (that sensor's channels read 0, "
-                                 "as in training with sensor dropout)", default="refuse", choices=("refuse", "dropout"))
+                                 "as in training with sensor dropout)", default="refuse", choices=MISSING_SENSOR)
     ramp: str = option("--ramp", "how a window's weight falls off over the overlap when windows are blended",
                        default="cosine", choices=RAMPS)
     server: str | None = option("--server", "a Triton server running 'eoscale serve' (http://HOST:8000 or "

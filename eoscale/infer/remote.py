@@ -65,6 +65,9 @@ class RemoteNetwork:
 
     raw_windows = True
     takes_dates = False  # a served temporal model: it takes its stack's `dates` (set by `connect_model`)
+    # a served model of several sensors takes `missing_sensor` (set by `connect_model`): predict sends 1, having applied
+    # its own --missing-sensor to whole scenes, so a window outside a sensor's swath is a gap, not a missing sensor
+    checked_sensors = False
 
     def __init__(self, url: str, model: str, *, in_flight: int = IN_FLIGHT, output: str = OUTPUT) -> None:
         self.url, self.model, self.in_flight, self.output = url, model, max(1, in_flight), output
@@ -118,12 +121,17 @@ class RemoteNetwork:
         if dates is not None:
             days = lib.InferInput("dates", list(dates.shape), "INT32")
             inputs.append(days)
+        if self.checked_sensors:
+            checked = lib.InferInput("missing_sensor", [len(windows), 1], "UINT8")
+            inputs.append(checked)
         outputs = [lib.InferRequestedOutput(self.output)]
         if self.protocol == "grpc":
             pixels.set_data_from_numpy(windows.astype(np.uint16))
             mask.set_data_from_numpy(valid.astype(np.uint8))
             if dates is not None:
                 days.set_data_from_numpy(dates.astype(np.int32))
+            if self.checked_sensors:
+                checked.set_data_from_numpy(np.ones((len(windows), 1), np.uint8))
             future: Future = Future()
 
             def done(result, error) -> None:
@@ -138,6 +146,8 @@ class RemoteNetwork:
         mask.set_data_from_numpy(valid.astype(np.uint8), binary_data=True)
         if dates is not None:
             days.set_data_from_numpy(dates.astype(np.int32), binary_data=True)
+        if self.checked_sensors:
+            checked.set_data_from_numpy(np.ones((len(windows), 1), np.uint8), binary_data=True)
         outputs = [lib.InferRequestedOutput(self.output, binary_data=True)]
         return _Answer(self._client.async_infer(self.model, inputs, outputs=outputs), self.url, self.output)
 
@@ -181,7 +191,9 @@ def connect_model(url: str, model: str):
         raise InputError(f"model {model!r} at {url} maps {contract.target!r}: eoscale predict --server maps "
                          f"{', '.join(OUTPUTS)} models")
     network.output = OUTPUTS[contract.target]
-    network.takes_dates = any(t.get("name") == "dates" for t in network.config().get("input", []))
+    inputs = [t.get("name") for t in network.config().get("input", [])]
+    network.takes_dates = "dates" in inputs
+    network.checked_sensors = "missing_sensor" in inputs
     checkpoint = served.about.get("checkpoint") or {}
     classes = ClassTable.from_records(list(contract.classes)) if contract.classes else None  # None: a values model
     return PredictionModel(network, contract, classes,

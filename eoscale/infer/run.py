@@ -56,7 +56,7 @@ from eoscale.infer.outputs import (
     writer_for,
 )
 from eoscale.infer.predict import check_scenes, handoff, predict_blocks, reading_threads
-from eoscale.infer.stacked import trained_composite
+from eoscale.infer.stacked import trained_calendar
 from eoscale.infer.windows import AxisGrid, Span, WindowGrid, check_window
 from eoscale.raster.float_optical import with_input_scale
 from eoscale.raster.fused import predict_other_sensors
@@ -222,9 +222,16 @@ def prepare(config: PredictConfig, *, device: torch.device | str, outputs: bool 
               f"the scene onto that store's scale first, or train on a store ingested from float scenes with --scale")
     opened = [with_input_scale(s, model.contract.input_scale, advice=advice) for s in opened]
     steps = model.contract.time_steps
-    composite = trained_composite(model.contract) if steps > 1 else None  # a model fitted on composites of its dates
+    calendar = trained_calendar(model.contract) if steps > 1 else None  # a model fitted on composites of its dates
+    composite, start = calendar or (None, None)
+    if start is None and composite not in (None, "monthly"):  # a spec from before ingest recorded the first day
+        notes.append(f"warning: checkpoint {str(config.checkpoint or config.model)!r} does not record the first day of "
+                     f"its {composite}-day composite calendar (its store was ingested before it was recorded): each "
+                     f"place's intervals start at its own first date and may not be training's; ingest the store "
+                     f"again and fit to record it")
     if steps > 1 and (several or composite is not None):  # each place's steps of all its sensors (raster.fused_season)
-        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite, say=notes.append)
+        opened = season_steps(opened, groups, steps, missing=config.missing_sensor, composite=composite, start=start,
+                              say=notes.append)
     elif several:  # the other sensors' bands warped onto each reference scene's grid, as ingest does (raster.fused)
         opened = predict_other_sensors(opened, groups, missing=config.missing_sensor, say=notes.append)
     elif len({s.sensor for s in opened}) > 1 and model.contract.sensor in {s.sensor for s in opened}:

@@ -58,3 +58,13 @@ def trained_composite(contract) -> int | str | None:
     input specs (its store's `--composite` is not in the checkpoint)."""
     composite = contract.spec().composite
     return None if composite is None else composite.interval
+
+
+def trained_calendar(contract) -> tuple[int | str, dt.date | None] | None:
+    """The composite calendar the checkpoint's steps were made on: (the interval, days or "monthly"; its first day,
+    as ingest recorded it in the input spec, or None in a spec written before: predict then starts each place's
+    calendar at its own first date); None: the scenes' own dates (`trained_composite`)."""
+    composite = contract.spec().composite
+    if composite is None:
+        return None
+    return composite.interval, dt.date.fromisoformat(composite.start) if composite.start else None

@@ -42,6 +42,7 @@ from eoscale.ingest.series import (
     parse_composite,
     read_dates_csv,
     series_attrs,
+    series_calendar,
     series_windows,
     step_dates,
     time_steps,
@@ -307,7 +308,10 @@ def ingest(
             )
         attrs = _store_attrs(grids, class_table, plan, parameters, stride, fingerprint)
         steps = time_steps(places) if places is not None else 1
-        attrs[SPEC_KEY] = InputSpec.from_store_attrs({**attrs, schema.ATTR_TIME_STEPS: steps}).to_dict(statistics=False)
+        spec = InputSpec.from_store_attrs({**attrs, schema.ATTR_TIME_STEPS: steps})
+        if interval is not None:  # the composite calendar's first day: predict lays a new place's intervals on it
+            spec = spec.with_calendar_start(series_calendar(places, interval).isoformat())
+        attrs[SPEC_KEY] = spec.to_dict(statistics=False)
         if places is not None:
             attrs[schema.ATTR_SCENES] = [{**a, **_series_record(p, several=fused_series is not None)}
                                          for a, p in zip(attrs[schema.ATTR_SCENES], places, strict=True)]

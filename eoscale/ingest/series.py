@@ -14,7 +14,8 @@ pixel without data on a date is nodata on that date, never a zero counted as dat
 A place's time steps (`Step`) are either its dates as they are, sorted (`--max-dates N` keeps the N clearest, as the
 scan measured them), or regular composites (`--composite monthly|16d|Nd`: the per-pixel median of the clear
 observations in each interval, as sits' regularisation; intervals start at the earliest date of all places, so every
-place shares one timeline). A step without a clear pixel over a tile is a masked step: nodata pixels, `date_valid` 0.
+place shares one timeline, and that first day is recorded in the store's input spec (`Timeline.start`) for predict to
+lay a new place's intervals on the same calendar). A step without a clear pixel over a tile is a masked step: nodata pixels, `date_valid` 0.
 Places with fewer steps than the longest are padded with masked steps without a date (NaT).
 """
 
@@ -32,7 +33,7 @@ import numpy as np
 from eoscale.errors import InputError, InputNotFoundError
 
 # the composite calendar and the grouping rule moved to the raster layer, shared with predict; still importable here
-from eoscale.raster.composite import composite_starts
+from eoscale.raster.composite import calendar_start, composite_starts
 from eoscale.raster.places import GROUP_BY, MIN_OVERLAP, footprint_overlap, group_scenes, on_grid, same_grid  # noqa: F401
 from eoscale.raster.scene import Scene, parse_date
 
@@ -167,7 +168,8 @@ def plan_steps(places: list[Place], clear: list[np.ndarray], *, max_dates: int |
                 keep = np.sort(np.argsort(-date_shares, kind="stable")[:max_dates])
             out.append(replace(place, steps=tuple(Step(dates[j], members[j]) for j in keep)))
         return out
-    starts = composite_starts(min(d for p in places for d in p.dates), max(d for p in places for d in p.dates), composite)
+    starts = composite_starts(min(d for p in places for d in p.dates), max(d for p in places for d in p.dates), composite,
+                              start=series_calendar(places, composite))
     for place in places:
         steps = []
         for k, start in enumerate(starts):
@@ -175,6 +177,12 @@ def plan_steps(places: list[Place], clear: list[np.ndarray], *, max_dates: int |
             steps.append(Step(start, tuple(j for j, d in enumerate(place.dates) if start <= d < stop)))
         out.append(replace(place, steps=tuple(steps)))
     return out
+
+
+def series_calendar(places: list[Place], composite: int | str) -> dt.date:
+    """The first day of the composite calendar every place shares (`eoscale.raster.composite.calendar_start` of all
+    their dates): what the store's input spec records as its timeline's `start`."""
+    return calendar_start([d for p in places for d in p.dates], composite)
 
 
 def series_windows(places: list[Place], window_valid: list[np.ndarray], *, max_dates: int | None = None,

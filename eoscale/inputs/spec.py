@@ -4,7 +4,7 @@
     spec = InputSpec.from_contract(contract)              # fit recorded it in the checkpoint (older ones: inferred)
 
 It names each sensor (its bands in channel order, its mask rule and its timeline: the scenes' own dates, or a calendar
-of composite intervals with a reducer), the static layers (a DEM's elevation, slope, aspect sine and cosine: the
+of composite intervals, their length and first day, with a reducer), the static layers (a DEM's elevation, slope, aspect sine and cosine: the
 `copdem` group, last), the grid (tile size; the reference CRS and resolution where known), the per-band statistics,
 the nodata value and the presence rule (a group of bands is absent at a pixel where all its bands are at nodata), and
 the date encoding (the dates a temporal model is handed: days since 1970-01-01, from which the model takes the day of
@@ -38,8 +38,9 @@ DATE_ENCODINGS = ("days_since_1970",)  # what a temporal model is handed (it der
 @dataclass(frozen=True)
 class Timeline:
     """A sensor's time steps: `steps` of them, each a scene's own date (`kind="dates"`), or a composite interval
-    (`kind="calendar"`: `interval` days or "monthly", from `start` (ISO; None: the data's first date), its
-    observations reduced by `reducer`)."""
+    (`kind="calendar"`: `interval` days or "monthly", on the calendar that begins at `start` (ISO: the store's
+    first day, which ingest records; None in a spec written before: each place's own first date, as predict then
+    read it), its observations reduced by `reducer`)."""
 
     kind: str = "dates"
     steps: int = 1
@@ -150,6 +151,12 @@ class InputSpec:
                        static=tuple(b for b in self.static if b in chosen),
                        mean=tuple(self.mean[i] for i in pick) if self.mean else (),
                        std=tuple(self.std[i] for i in pick) if self.std else ())
+
+    def with_calendar_start(self, start: str | None) -> InputSpec:
+        """The spec with `start` (ISO date) as the first day of every calendar timeline: the store's composite
+        calendar, which ingest records so that predict composites a place on training's intervals."""
+        return replace(self, sensors=tuple(replace(s, timeline=replace(s.timeline, start=start))
+                                           if s.timeline.kind == "calendar" else s for s in self.sensors))
 
     def with_statistics(self, mean, std) -> InputSpec:
         return replace(self, mean=tuple(float(v) for v in mean), std=tuple(float(v) for v in std))

@@ -1,5 +1,6 @@
-"""Composites: the calendar of regular intervals a season's dates fall into, and the per-pixel median of an interval's
-clear observations, shared by ingest (`ingest --composite`: `eoscale.ingest.series_writer`) and predict (raw scenes of
+"""Composites: the calendar of regular intervals a season's dates fall into (from the store's first day, which the
+input spec records, so a place whose dates begin elsewhere is composited on the same intervals), and the per-pixel
+median of an interval's clear observations, shared by ingest (`ingest --composite`: `eoscale.ingest.series_writer`) and predict (raw scenes of
 a checkpoint fitted on composites: `eoscale.raster.fused_season`).
 
 A pixel's observation is clear where its scene holds data (its masks: SCL, QA_PIXEL, nodata, a radar's border noise);
@@ -26,9 +27,21 @@ from eoscale.sensors.sentinel1 import STORE_AT_0_DB, STORE_PER_DB
 STRIP_PIXELS = 1_000_000  # pixels of one scene's bands read at a time while compositing
 
 
-def composite_starts(first: dt.date, last: dt.date, composite: int | str) -> list[dt.date]:
-    """The first days of the composite intervals from `first` through `last`: calendar months, or `composite` days
-    from `first` on."""
+def calendar_start(dates, composite: int | str) -> dt.date:
+    """The first day of the composite calendar of `dates` (a store's, every place's dates together): the earliest
+    date, or the first of its month for "monthly". Ingest records it in the input spec (`Timeline.start`), so predict
+    lays each place's intervals on the calendar training's were laid on."""
+    first = min(dates)
+    return first.replace(day=1) if composite == "monthly" else first
+
+
+def composite_starts(first: dt.date, last: dt.date, composite: int | str, *, start: dt.date | None = None
+                     ) -> list[dt.date]:
+    """The first days of the composite intervals that cover `first` through `last`: calendar months, or the intervals
+    of `composite` days of the calendar that begins at `start` (`start + k * composite` for whole k, negative too;
+    None: at `first`). The one rule of ingest (`start`: the store's `calendar_start`) and predict (`start`: the one
+    the checkpoint's input spec records), so that a place whose first date falls elsewhere gets the intervals of the
+    store's calendar, not intervals of another phase; months need no start."""
     starts = []
     if composite == "monthly":
         day = first.replace(day=1)
@@ -36,10 +49,12 @@ def composite_starts(first: dt.date, last: dt.date, composite: int | str) -> lis
             starts.append(day)
             day = (day.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
         return starts
-    day = first
+    days = int(composite)
+    anchor = first if start is None else start
+    day = anchor + dt.timedelta(days=((first - anchor).days // days) * days)  # the interval that holds `first`
     while day <= last:
         starts.append(day)
-        day += dt.timedelta(days=int(composite))
+        day += dt.timedelta(days=days)
     return starts
 
 
@@ -93,4 +108,4 @@ def write_composite(grid: Scene, scenes: list[tuple[Scene, Resampling]], path: P
             reader.close()
 
 
-__all__ = ["composite_starts", "median_of_clear", "write_composite"]
+__all__ = ["calendar_start", "composite_starts", "median_of_clear", "write_composite"]

@@ -33,6 +33,7 @@ from rasterio.warp import transform_bounds
 from rasterio.windows import Window
 
 from eoscale.errors import InputError
+from eoscale.inputs.missing import MISSING_SENSOR, check_missing, dropout_fix, refused_sensor
 from eoscale.raster.places import grid_share
 from eoscale.raster.reader import SceneReader, gdal_cache
 from eoscale.raster.scene import BandFile, Scene
@@ -40,7 +41,6 @@ from eoscale.sensors import SENSORS, get_sensor
 from eoscale.sensors.copdem import COPDEM
 
 STRIP_PIXELS = 4_000_000  # pixels of one sensor's bands warped at a time
-MISSING_SENSOR = ("refuse", "dropout")
 
 
 def sensors_in_order(scenes: list[Scene]) -> list[str]:
@@ -102,14 +102,13 @@ def pair_scenes(refs: list[Scene], others: dict[str, list[Scene]], *, missing: s
     """For each reference scene, the chosen scene of each other sensor (`choose`); one that none covers is refused
     in one line (`missing="refuse"`; `dropout_hint`: the line names `--missing-sensor dropout` too), or left None
     (`"dropout"`: read as nodata)."""
-    if missing not in MISSING_SENSOR:
-        raise InputError(f"--missing-sensor {missing!r}: choose one of {', '.join(MISSING_SENSOR)}")
+    check_missing(missing)
     pairs = []
     for ref in refs:
         chosen = {name: choose(ref, scenes) for name, scenes in others.items()}
-        lacking = [name for name, pick in chosen.items() if pick is None]
-        if lacking and missing == "refuse":
-            raise InputError(missing_message(ref, lacking[0], given=bool(others[lacking[0]]), dropout=dropout_hint))
+        refused = refused_sensor([name for name, pick in chosen.items() if pick is None], missing)
+        if refused is not None:  # the one rule of predict and serve (eoscale.inputs.missing)
+            raise InputError(missing_message(ref, refused, given=bool(others[refused]), dropout=dropout_hint))
         pairs.append(chosen)
     return pairs
 
@@ -119,7 +118,7 @@ def missing_message(ref: Scene, sensor: str, *, given: bool, dropout: bool = Fal
     where = f"none of the {title} scenes given overlaps it" if given else f"no {title} scene was given"
     fixes = f"give a {title} scene that covers it (--scenes or --stac)"
     if dropout:
-        fixes += ", or map it without them with --missing-sensor dropout (its channels read 0, as a dropped sensor)"
+        fixes += f", or {dropout_fix()}"
     else:
         fixes += " or leave the scene out"
     return f"scene {ref.id!r} has no {sensor} data: {where}; {fixes}"

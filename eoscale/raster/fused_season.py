@@ -11,8 +11,11 @@ radar pass of the region, and the passes over the other places are not that plac
 scene of the reference sensor, else its earliest scene.
 
 Steps, as ingest makes them: one a date of any of the place's sensors; or, for a checkpoint fitted on composites (its
-input spec's calendar: `eoscale.infer.stacked.trained_composite`), the intervals from the place's earliest date on,
-each sensor's scenes in an interval reduced to the median of their clear observations (`eoscale.raster.composite`, the
+input spec's calendar: `eoscale.infer.stacked.trained_calendar`), the intervals of the store's calendar (its first
+day, which ingest recorded in the spec, plus whole intervals: `eoscale.raster.composite.composite_starts`, ingest's
+rule) that cover the place's dates, so a place whose first scene falls on another day than the store's first is
+composited on training's intervals, not on intervals of another phase (a spec written before records no first day:
+the place's earliest date then starts it, as before), each sensor's scenes in an interval reduced to the median of their clear observations (`eoscale.raster.composite`, the
 reducer ingest uses; a radar's in linear power), an interval without a scene a masked step. Each step holds every
 sensor's bands on the place's grid (`eoscale.raster.fused`): a sensor's own scene (or composite) read onto the grid
 with its own masks, a sensor without one on that step a file of nodata, so its group is absent there
@@ -31,6 +34,7 @@ from pathlib import Path
 from rasterio.enums import Resampling
 
 from eoscale.errors import InputError
+from eoscale.inputs.missing import refused_sensor
 from eoscale.raster.composite import composite_starts, write_composite
 from eoscale.raster.fused import (
     blank_scene,
@@ -48,12 +52,13 @@ from eoscale.sensors.sentinel1 import SENTINEL1
 
 
 def season_steps(scenes: list[Scene], groups, steps: int, *, missing: str = "refuse",
-                 composite: int | str | None = None, folder: Path | None = None,
+                 composite: int | str | None = None, start: dt.date | None = None, folder: Path | None = None,
                  say: Callable[[str], None] | None = None) -> list[Scene]:
     """The time steps of every place of `scenes` (module docstring), each a scene of the reference sensor's bands
     followed by the other sensors' on the place's grid, dated; `groups` are the checkpoint's `SensorGroup`s (the
     reference sensor first, a DEM's last; one group: a season of one sensor), `steps` its dates (for the refusal of
-    an undated scene), `composite` the interval of its steps (days, or "monthly") where it was fitted on composites.
+    an undated scene), `composite` the interval of its steps (days, or "monthly") where it was fitted on composites,
+    `start` the first day of their calendar (its input spec's; None: each place's earliest date).
     `say` gets a line for each place naming the scenes of each sensor it is made of, and one for the scenes left out."""
     reference = groups[0].name
     trained = check_trained(scenes, groups)
@@ -68,27 +73,29 @@ def season_steps(scenes: list[Scene], groups, steps: int, *, missing: str = "ref
     out = []
     for members in grouped:
         grid = next((s for s in members if s.sensor == reference), members[0])
-        absent = [name for name in trained if not any(s.sensor == name for s in members)]
-        if absent and missing != "dropout":
-            given = any(s.sensor == absent[0] for s in scenes)
-            raise InputError(missing_message(grid, absent[0], given=given, dropout=True))
+        refused = refused_sensor([name for name in trained if not any(s.sensor == name for s in members)], missing)
+        if refused is not None:  # the one rule of predict and serve (eoscale.inputs.missing)
+            given = any(s.sensor == refused for s in scenes)
+            raise InputError(missing_message(grid, refused, given=given, dropout=True))
         used = {name: [s.id for s in members if s.sensor == name] for name in trained}
         say(f"place {grid.id}: " + "; ".join(f"{name} {len(ids)} ({', '.join(ids)})" for name, ids in used.items()))
-        for date, seen in timeline(members, composite):
+        for date, seen in timeline(members, composite, start=start):
             out.append(_step(grid, seen, date, trained, bands, folder / grid.id / date.isoformat()))
     return out
 
 
-def timeline(members: list[Scene], composite: int | str | None) -> list[tuple[dt.date, list[Scene]]]:
+def timeline(members: list[Scene], composite: int | str | None, *, start: dt.date | None = None
+             ) -> list[tuple[dt.date, list[Scene]]]:
     """A place's steps: each date of its scenes (any sensor's) with the scenes of that date; or, with `composite`, the
-    intervals from its earliest date through its last (`eoscale.raster.composite.composite_starts`, as ingest's
-    calendar), each with the scenes it holds (none: a masked step, as ingest keeps it)."""
+    intervals of the calendar that begins at `start` (None: the place's earliest date) covering its earliest date
+    through its last (`eoscale.raster.composite.composite_starts`, ingest's rule), each with the scenes it holds
+    (none: a masked step, as ingest keeps it)."""
     dates = sorted({s.date for s in members})
     if composite is None:
         return [(date, [s for s in members if s.date == date]) for date in dates]
-    starts = composite_starts(dates[0], dates[-1], composite)
+    starts = composite_starts(dates[0], dates[-1], composite, start=start)
     stops = [*starts[1:], dt.date.max]
-    return [(start, [s for s in members if start <= s.date < stop]) for start, stop in zip(starts, stops, strict=True)]
+    return [(first, [s for s in members if first <= s.date < stop]) for first, stop in zip(starts, stops, strict=True)]
 
 
 def places(scenes: list[Scene], reference: str, *, alone: bool = False) -> tuple[list[list[Scene]], list[Scene]]:

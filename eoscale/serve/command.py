@@ -2,6 +2,7 @@
 
     eoscale serve --checkpoint runs/best.ckpt --adapter forest --http-port 8000 --grpc-port 8001
     eoscale serve --checkpoint models:/landcover@champion          # from the MLflow Model Registry
+    eoscale serve --checkpoint fused.ckpt --missing-sensor dropout  # a request without one of its sensors maps
     eoscale predict --server http://HOST:8000 --input scene.tif --output maps/     # a client
 
 Models: `landcover` (the checkpoint) and `landcover-ADAPTER` per `--adapter`; inputs and outputs in
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 
+from eoscale.inputs.missing import MISSING_SENSOR
 from eoscale.paths import Paths
 from eoscale.serve.server import ServeOptions, serve
 
@@ -38,6 +40,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tracking-uri", default=None,
                         help="MLflow tracking store for models:/ checkpoints (default: $MLFLOW_TRACKING_URI, else "
                              "sqlite:///./mlflow.db)")
+    parser.add_argument("--missing-sensor", default=DEFAULTS.missing_sensor, choices=MISSING_SENSOR,
+                        help="a model of several sensors, a request whose windows hold no data of one of them: refuse "
+                             "(one line), or dropout (that sensor's channels read 0, as in training with sensor "
+                             "dropout); as eoscale predict --missing-sensor (default: %(default)s)")
     parser.add_argument("--log-file", default=None, help="write tritonserver's own log here (default: a temporary file)")
 
 
@@ -46,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     options = ServeOptions(checkpoint=args.checkpoint, adapters=args.adapters, name=args.name, host=args.host,
                            http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-                           max_batch=args.max_batch, device=args.device, log_file=args.log_file)
+                           max_batch=args.max_batch, device=args.device, log_file=args.log_file,
+                           missing_sensor=args.missing_sensor)
     from eoscale.serve.server import check_options
 
     check_options(options)

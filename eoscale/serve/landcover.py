@@ -23,6 +23,14 @@ each date in days since 1970-01-01 (its input spec's date encoding; the model ta
 required when the model reads dates. A date's bands at the contract's nodata where it has no data (clouds), as
 `eoscale predict --server` sends them, read as absent there; a date absent from the whole window is left out.
 
+A model of several sensors (its contract's `sensors`) takes `missing_sensor` uint8 `[1]`, optional, too. A request
+in which one of its sensors holds no data at all (that sensor's bands at the contract's nodata in every pixel of every
+window, and every date) lacks that sensor: it is refused in one line naming the sensor and the fixes, unless the server
+was started with `--missing-sensor dropout` or the request's `missing_sensor` is 1 (then the sensor's channels read 0,
+as a dropped sensor in training): the rule of `eoscale predict --missing-sensor` (`eoscale.inputs.missing`), a request
+standing for predict's place. `eoscale predict --server` sends 1: it has applied its own `--missing-sensor` to whole
+scenes, so a window of a checked scene outside a sensor's swath is a gap, not a missing sensor.
+
 Every window is prepared as the loader and `eoscale predict` prepare it, by the checkpoint's input spec
 (`eoscale.inputs.prepare`): `(x - mean) / std`, each group of bands (a sensor's, the static layers') 0 where it is
 absent, i.e. outside `valid` or where all its bands are at the spec's nodata (a model of several sensors, as fused).
@@ -52,7 +60,9 @@ from torch import nn
 
 from eoscale.contract import BandContract
 from eoscale.errors import InputError
+from eoscale.inputs.missing import MISSING_SENSOR, absent_sensors, check_missing, dropout_fix, refused_sensor
 from eoscale.inputs.prepare import dates_held, prepare, presence_from_nodata
+from eoscale.sensors.copdem import COPDEM
 
 CONTRACT_PARAMETER = "eoscale_contract"
 MODEL_PARAMETER = "eoscale_model"
@@ -70,12 +80,15 @@ class ServedModel:
     network: nn.Module
     contract: BandContract
     about: dict  # checkpoint, adapter, backbone, lineage: the `eoscale_model` parameter
+    missing: str = "refuse"  # a request without data of one of the model's sensors: `eoscale.inputs.missing`
 
     def __post_init__(self) -> None:
         if self.contract.target not in SERVED_TARGETS:
             raise InputError(f"model {self.name!r} maps {self.contract.target!r}: eoscale serve answers "
                              f"{', '.join(SERVED_TARGETS)} models only")
         self.spec = self.contract.spec()  # the preparation of its windows: the loader's and predict's
+        check_missing(self.missing)
+        self.several = len([g for g in self.spec.groups() if g.name != COPDEM]) > 1  # sensors that may be missing
         self.steps = self.contract.time_steps  # a change or temporal model's windows: every date's bands
         self.takes_dates = takes_dates(self.network)
         self.values = self.contract.target == "values"
@@ -93,6 +106,8 @@ class ServedModel:
                   Tensor(name="valid", dtype=np.uint8, shape=(tile, tile), optional=True)]
         if self.takes_dates:  # a temporal model: each date's day (days since 1970-01-01)
             inputs.append(Tensor(name="dates", dtype=np.int32, shape=(self.steps,), optional=True))
+        if self.several:  # a model of several sensors: 1 maps a request lacking one as dropout (module docstring)
+            inputs.append(Tensor(name="missing_sensor", dtype=np.uint8, shape=(1,), optional=True))
         if self.values:
             return inputs, [Tensor(name="values", dtype=np.float32, shape=(1, tile, tile))]
         outputs = [Tensor(name="probabilities", dtype=np.float16, shape=(classes, tile, tile)),
@@ -174,6 +189,9 @@ class ServedModel:
                     f"model {self.name!r} is a temporal model of {self.steps} dates: give input 'dates' "
                     f"[{self.steps}] int32, each date in days since 1970-01-01")
             dates = np.concatenate([np.broadcast_to(d, (len(w), self.steps)) for d, w in zip(given, windows, strict=True)])
+        if self.several:
+            for request, w in zip(requests, windows, strict=True):
+                self.check_sensors(w, request.data.get("missing_sensor"))
         x, days, held = self.prepare(np.concatenate(windows), np.concatenate(valid), dates)
         probs = self.probabilities(x, days, held)
         answers, start = [], 0
@@ -182,6 +200,23 @@ class ServedModel:
             start += len(w)
             answers.append(self.outputs(p, request.requested_output_names or self.output_names))
         return answers
+
+    def check_sensors(self, windows: np.ndarray, missing_sensor: np.ndarray | None = None) -> None:
+        """Refuse, in one line, the raw `windows` of one request (B, dates * C, T, T) that hold no data of one of the
+        model's sensors, unless the server maps such requests as dropout (`missing`) or the request asks it
+        (`missing_sensor` 1): the rule of `eoscale predict --missing-sensor` (`eoscale.inputs.missing`)."""
+        missing = self.missing if missing_sensor is None else MISSING_SENSOR[int(np.asarray(missing_sensor).any())]
+        x = torch.from_numpy(np.ascontiguousarray(windows))
+        refused = refused_sensor(absent_sensors(self.spec, x.unflatten(1, (self.steps, -1))), missing)
+        if refused is None:
+            return
+        from pytriton.exceptions import PyTritonBadParameterError
+
+        bands = next(s.bands for s in self.spec.sensors if s.name == refused)
+        raise PyTritonBadParameterError(
+            f"the request to model {self.name!r} has no {refused} data: its bands ({', '.join(bands)}) are at nodata "
+            f"({self.spec.nodata:g}) in every window; send windows with them, or {dropout_fix('eoscale serve')} or "
+            f"with the request's input 'missing_sensor' 1")
 
     def outputs(self, probs: torch.Tensor, names: list[str] | tuple[str, ...]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}

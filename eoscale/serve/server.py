@@ -31,6 +31,7 @@ from pathlib import Path
 
 from eoscale._compat import require_extra
 from eoscale.errors import InputError
+from eoscale.inputs.missing import check_missing
 
 MONITOR_SECONDS = 1.0  # how often the main thread checks that tritonserver and the proxies are alive
 QUEUE_DELAY_US = 2000  # the dynamic batcher's wait for more requests before it runs a smaller batch
@@ -48,6 +49,7 @@ class ServeOptions:
     max_batch: int = 64
     device: str = "auto"
     log_file: str | None = None
+    missing_sensor: str = "refuse"  # a request lacking one of a model's sensors: refuse, or dropout (inputs.missing)
 
 
 def model_names(name: str, adapters: list[str]) -> list[str]:
@@ -67,6 +69,7 @@ def check_options(options: ServeOptions) -> None:
         raise InputError(f"--max-batch {options.max_batch}: give at least 1 window")
     if len(set(options.adapters)) != len(options.adapters):
         raise InputError(f"--adapter names one adapter twice: {options.adapters}")
+    check_missing(options.missing_sensor)
 
 
 def load_models(options: ServeOptions, checkpoint: Path) -> list:
@@ -87,7 +90,8 @@ def load_models(options: ServeOptions, checkpoint: Path) -> list:
         record = record or file_record(checkpoint)
         about = {"checkpoint": record, "adapter": adapter, "backbone": trained.spec["args"]["backbone"],
                  "lineage": trained.lineage}
-        served.append(ServedModel(name, trained.network.to(device), trained.contract, about))
+        served.append(ServedModel(name, trained.network.to(device), trained.contract, about,
+                                  missing=options.missing_sensor))
     return served
 
 

@@ -154,6 +154,86 @@ def test_a_served_model_zeroes_each_sensor_as_predict_does(place, fused_checkpoi
     assert blanked  # some pixels had no optical data: the optical channels were zeroed there
 
 
+class _Request:
+    """What PyTriton hands a served model's callable: the request's inputs by name, and the outputs it asks for."""
+
+    def __init__(self, data: dict) -> None:
+        self.data, self.requested_output_names = data, ["probabilities_fp32"]
+
+
+def test_a_served_model_refuses_a_request_without_a_sensor_unless_dropout(place, fused_checkpoint):
+    """`eoscale serve --missing-sensor` is predict's rule (`eoscale.inputs.missing`), a request standing for predict's
+    place: a request whose windows hold no data of one of the model's sensors is refused in one line naming the sensor
+    and the fixes (guards: serve zeroed the missing sensor silently, refuse or not), and answers as predict's dropout
+    with `--missing-sensor dropout` or the request's `missing_sensor` 1; a sensor with data in any window is no missing
+    sensor."""
+    from pytriton.exceptions import PyTritonBadParameterError
+
+    from eoscale.infer.model import load_model
+    from eoscale.serve.landcover import ServedModel
+
+    model = load_model(fused_checkpoint)
+    refuse = ServedModel("local", model.network, model.contract, {})
+    dropout = ServedModel("local", model.network, model.contract, {}, missing="dropout")
+    scenes = [open_scene(str(place.scene_paths[0])), open_scene(str(place.sar_items[0].parent))]
+    (fused,) = predict_other_sensors(scenes, model.contract.sensor_groups())
+    (alone,) = predict_other_sensors(scenes[:1], model.contract.sensor_groups(), missing="dropout")
+    grid = WindowGrid.make(fused.height, fused.width, window=32, overlap=0.0)
+
+    def request(scene: Path, **extra) -> dict:
+        with SceneReader(scene) as reader:
+            raw = read_strip(reader, grid, 1, spec=None)  # what `predict --server` sends of a strip
+        valid = np.stack([raw.valid[:, k * 32:(k + 1) * 32] for k in range(grid.cols.count)]).astype(np.uint8)
+        return {"windows": raw.windows.numpy().astype(np.uint16), "valid": valid, **extra}
+
+    optical = request(alone)  # the radar's bands at nodata in every window
+    with pytest.raises(PyTritonBadParameterError) as refused:
+        refuse([_Request(optical)])
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and "has no sentinel-1 data" in message and "VV, VH" in message, message
+    assert "eoscale serve --missing-sensor dropout" in message and "'missing_sensor' 1" in message
+    expected = dropout.probabilities(dropout.normalise(optical["windows"], optical["valid"])).numpy()
+    (answer,) = dropout([_Request(optical)])
+    np.testing.assert_array_equal(answer["probabilities_fp32"], expected)
+    (answer,) = refuse([_Request({**optical, "missing_sensor": np.ones((len(optical["windows"]), 1), np.uint8)})])
+    np.testing.assert_array_equal(answer["probabilities_fp32"], expected)
+    with pytest.raises(PyTritonBadParameterError, match="has no sentinel-1 data"):  # 0: the request asks for refuse
+        dropout([_Request({**optical, "missing_sensor": np.zeros((len(optical["windows"]), 1), np.uint8)})])
+
+    both = request(fused)
+    assert len(refuse([_Request(both)])) == 1  # both sensors: answered
+    radar_held = (both["windows"][:, 10:] != 0).any(axis=1).sum(axis=(1, 2))
+    k = int(radar_held.argmax())
+    assert radar_held[k] > 0
+    mixed = {name: optical[name].copy() for name in ("windows", "valid")}
+    for name in mixed:
+        mixed[name][k] = both[name][k]
+    assert len(refuse([_Request(mixed)])) == 1  # radar in one window only: a gap elsewhere, not a missing sensor
+    radar_only = {**both, "windows": both["windows"].copy()}
+    radar_only["windows"][:, :10] = 0
+    with pytest.raises(PyTritonBadParameterError, match="has no sentinel-2 data"):
+        refuse([_Request(radar_only)])
+
+
+def test_serve_takes_missing_sensor_as_predict_does(fused_checkpoint):
+    import argparse
+
+    from eoscale.errors import InputError
+    from eoscale.serve.command import configure
+    from eoscale.serve.server import ServeOptions, check_options, load_models
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    assert parser.parse_args(["--checkpoint", "x.ckpt"]).missing_sensor == "refuse"
+    assert parser.parse_args(["--checkpoint", "x.ckpt", "--missing-sensor", "dropout"]).missing_sensor == "dropout"
+    with pytest.raises(InputError, match="choose one of refuse, dropout"):
+        check_options(ServeOptions(checkpoint="x.ckpt", missing_sensor="sometimes"))
+    (served,) = load_models(ServeOptions(checkpoint=str(fused_checkpoint), device="cpu", missing_sensor="dropout"),
+                            fused_checkpoint)
+    assert served.missing == "dropout"
+    assert "missing_sensor" in [t.name for t in served.tensors()[0]]
+
+
 def test_a_place_seen_only_by_radar_maps_with_dropout_and_is_refused_without(place, fused_checkpoint, tmp_path,
                                                                              capsys):
     """A cloudy season: no Sentinel-2 scene of the place at all. With `--missing-sensor dropout` each radar scene is
