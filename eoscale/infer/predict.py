@@ -295,12 +295,13 @@ def predict_blocks(
     spec = None if remote else contract.spec()  # a model served elsewhere prepares the raw windows itself
     pin = device.type == "cuda"  # windows read into page-locked memory go to the GPU without another copy
     strips = read_ahead(scene, grid, range(first, blocks.stop), cols=span, spec=spec, pin=pin, threads=readers)
-    batches = _batches(strips, span.windows, batch_size, one_shape=device.type == "cpu" and not remote)
+    one_shape = device.type == "cpu" and not remote  # see the module docstring
+    batches = _batches(strips, span.windows, batch_size, one_shape=one_shape)
     days = (np.array([(d - EPOCH).days for d in scene.dates], np.int32)  # a stack's scenes all have dates
             if remote and getattr(network, "takes_dates", False) and isinstance(scene, SceneStack) else None)
     forwarded = (_served(network, batches, grid, days) if remote
                  else _forward(network, batches, device, pin, activate or contract.activate,
-                               fill=batch_size if device.type == "cpu" else 0))
+                               fill=batch_size if one_shape else 0))
     last_col = span.windows - 1
     try:
         for batch, probs in forwarded:
@@ -335,7 +336,7 @@ def _forward(network: nn.Module, batches: Iterable[list[tuple[Strip, int]]], dev
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
     for batch in batches:
         x = _stack(batch)
-        size = max(fill, 2) if fill else (2 if len(batch) == 1 else len(batch))
+        size = max(fill or len(batch), 2)
         if len(batch) < size:  # a lone window on a GPU goes in twice as well (torch's kernels for one differ)
             x = torch.cat([x, x[-1:].expand(size - len(batch), *x.shape[1:])])
         if pin:
