@@ -98,3 +98,22 @@ def served_scene(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("served-scene") / "served.tif"
     write_scene(path, height=150, width=173, seed=5, nodata_box=(slice(20, 60), slice(0, 40)))
     return path
+
+
+RAW_INPUTS = {"windows": "UINT16", "valid": "UINT8", "dates": "INT32", "missing_sensor": "UINT8"}  # Triton's types
+
+
+def raw_request(server, **inputs):
+    """The served "landcover" model's `probabilities_fp32` for the named raw request inputs (`RAW_INPUTS`; an input
+    given as None is left out of the request), sent by Triton's own HTTP client as any client would."""
+    import tritonclient.http as client
+
+    raw = client.InferenceServerClient(url=server.http.removeprefix("http://"))
+    tensors = []
+    for name, array in inputs.items():
+        if array is not None:
+            tensor = client.InferInput(name, list(array.shape), RAW_INPUTS[name])
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+    answer = raw.infer("landcover", tensors, outputs=[client.InferRequestedOutput("probabilities_fp32")])
+    return answer.as_numpy("probabilities_fp32")

@@ -14,7 +14,7 @@ import rasterio
 from eoscale.cli import main
 from tests.checkpoints import TABLE
 from tests.infer.test_fused import fused_checkpoint, place  # noqa: F401  (the fixtures)
-from tests.serve.conftest import start_server, stop_server
+from tests.serve.conftest import raw_request, start_server, stop_server
 
 
 @pytest.fixture(scope="module")
@@ -25,17 +25,7 @@ def fused_server(fused_checkpoint, tmp_path_factory):  # noqa: F811
 
 
 def _infer(server, windows: np.ndarray, missing_sensor: np.ndarray | None = None) -> np.ndarray:
-    import tritonclient.http as client
-
-    raw = client.InferenceServerClient(url=server.http.removeprefix("http://"))
-    inputs = []
-    for name, array, kind in (("windows", windows, "UINT16"), ("missing_sensor", missing_sensor, "UINT8")):
-        if array is not None:
-            tensor = client.InferInput(name, list(array.shape), kind)
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-    answer = raw.infer("landcover", inputs, outputs=[client.InferRequestedOutput("probabilities_fp32")])
-    return answer.as_numpy("probabilities_fp32")
+    return raw_request(server, windows=windows, missing_sensor=missing_sensor)
 
 
 @pytest.mark.slow  # a Triton server (about 15 s to start)

@@ -21,7 +21,7 @@ from eoscale.raster.sources import open_scene
 from eoscale.raster.stack import open_reader, stack_scenes
 from eoscale.synth import synthesize
 from tests.checkpoints import MEAN, STD, TABLE
-from tests.serve.conftest import start_server, stop_server
+from tests.serve.conftest import raw_request, start_server, stop_server
 
 TILE = 32
 STEPS = 3
@@ -52,17 +52,7 @@ def season_server(tmp_path_factory):
 
 
 def _request(server, windows, valid=None, dates=None):
-    import tritonclient.http as client
-
-    raw = client.InferenceServerClient(url=server.http.removeprefix("http://"))
-    inputs = []
-    for name, array, kind in (("windows", windows, "UINT16"), ("valid", valid, "UINT8"), ("dates", dates, "INT32")):
-        if array is not None:
-            tensor = client.InferInput(name, list(array.shape), kind)
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-    answer = raw.infer("landcover", inputs, outputs=[client.InferRequestedOutput("probabilities_fp32")])
-    return answer.as_numpy("probabilities_fp32")
+    return raw_request(server, windows=windows, valid=valid, dates=dates)
 
 
 @pytest.mark.slow  # a Triton server (about 15 s to start)
